@@ -1,0 +1,144 @@
+"""What the paper claims about its three models, in code (Sec. 3-4, Eq. 2-6)."""
+
+import clrs
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nar_markov import model as model_lib
+from nar_markov import train
+
+HIDDEN = 16
+NB_NODES = 5
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def bfs_batch():
+  sampler, spec = clrs.build_sampler("bfs", num_samples=-1, length=NB_NODES, seed=0)
+  feedback = sampler.next(BATCH)
+  return spec, feedback
+
+
+def _model(spec, feedback, history, gate_bias_init=0.0):
+  config = model_lib.NetConfig(hidden_size=HIDDEN, history=history,
+                               nb_triplet_fts=4, gate_bias_init=gate_bias_init)
+  m = train.Model([spec], [model_lib.nb_dims_of(feedback)], config,
+                  train.make_optimizer(1e-3, 100, 1.0))
+  params = m.init(jax.random.PRNGKey(0), [feedback.features])
+  return m, params
+
+
+def _history_probe(m, params, feedback, lambda_gate=0.0):
+  """Loss and outputs as functions of the h(t-1) fed to every step."""
+  nb_steps = feedback.features.hints[0].data.shape[0] - 1
+
+  def run(hidden):
+    out = m.apply(params, feedback.features, 0, False, hidden_override=hidden)
+    return model_lib.compute_losses(feedback, out, lambda_gate).total, out
+
+  shape = (nb_steps, BATCH, NB_NODES, HIDDEN)
+  h_a = jax.random.normal(jax.random.PRNGKey(1), shape)
+  h_b = 10.0 * jax.random.normal(jax.random.PRNGKey(2), shape)
+  return run, h_a, h_b
+
+
+def test_forgetnet_ignores_history(bfs_batch):
+  """Eq. 3: ForgetNet's predictions and losses do not depend on h(t-1)."""
+  spec, feedback = bfs_batch
+  m, params = _model(spec, feedback, "none")
+  run, h_a, h_b = _history_probe(m, params, feedback)
+  loss_a, out_a = run(h_a)
+  loss_b, out_b = run(h_b)
+  assert float(loss_a) == float(loss_b)
+  for name in out_a.output_preds:
+    np.testing.assert_array_equal(out_a.output_preds[name], out_b.output_preds[name])
+  for name in out_a.hint_preds:
+    np.testing.assert_array_equal(out_a.hint_preds[name], out_b.hint_preds[name])
+  grad = jax.grad(lambda h: run(h)[0])(h_a)
+  assert float(jnp.max(jnp.abs(grad))) == 0.0
+  np.testing.assert_array_equal(out_a.history_norm, 0.0)
+
+
+def test_baseline_uses_history(bfs_batch):
+  """Eq. 2: the baseline's predictions change with h(t-1), with non-zero gradient."""
+  spec, feedback = bfs_batch
+  m, params = _model(spec, feedback, "full")
+  run, h_a, h_b = _history_probe(m, params, feedback)
+  loss_a, out_a = run(h_a)
+  loss_b, out_b = run(h_b)
+  assert abs(float(loss_a) - float(loss_b)) > 1e-4
+  assert not np.allclose(out_a.hint_preds["pi_h"], out_b.hint_preds["pi_h"])
+  grad = jax.grad(lambda h: run(h)[0])(h_a)
+  assert float(jnp.max(jnp.abs(grad))) > 1e-6
+
+
+def test_gated_history_reaches_the_net(bfs_batch):
+  spec, feedback = bfs_batch
+  m, params = _model(spec, feedback, "gated")
+  run, h_a, h_b = _history_probe(m, params, feedback)
+  grad = jax.grad(lambda h: run(h)[0])(h_a)
+  assert float(jnp.max(jnp.abs(grad))) > 1e-6
+
+
+def test_gate_in_unit_interval_with_hidden_shape(bfs_batch):
+  """Eq. 5: g = sigmoid(MLP([x, h])) lies in (0, 1) with h's shape."""
+  import haiku as hk
+  gate_fn = hk.transform(lambda x, h: model_lib.HistoryGate(HIDDEN, 2, 0.0)(x, h))
+  x = jax.random.normal(jax.random.PRNGKey(0), (BATCH, NB_NODES, HIDDEN))
+  h = 5.0 * jax.random.normal(jax.random.PRNGKey(1), (BATCH, NB_NODES, HIDDEN))
+  params = gate_fn.init(jax.random.PRNGKey(2), x, h)
+  g = gate_fn.apply(params, None, x, h)
+  assert g.shape == h.shape
+  assert float(g.min()) > 0.0 and float(g.max()) < 1.0
+
+
+def test_gate_penalty_is_lambda_times_sum_of_gate_norms(bfs_batch):
+  """Eq. 6 on a hand-checkable case.
+
+  With the gate's last layer zeroed and its bias b, every gate entry is
+  sigmoid(b), so ||g_i|| = sqrt(H) * sigmoid(b) and sum_i ||g_i|| =
+  N * sqrt(H) * sigmoid(b) at every step: the penalty is lambda times that.
+  """
+  spec, feedback = bfs_batch
+  bias = 1.5
+  m, params = _model(spec, feedback, "gated", gate_bias_init=bias)
+  params = {k: ({kk: jnp.zeros_like(vv) if kk == "w" else vv for kk, vv in v.items()}
+                if k.endswith("history_gate/linear_1") else v)
+            for k, v in params.items()}
+  assert any(k.endswith("history_gate/linear_1") for k in params)
+  out = m.apply(params, feedback.features, 0, False)
+  expected = NB_NODES * np.sqrt(HIDDEN) * (1.0 / (1.0 + np.exp(-bias)))
+  lam = 0.25
+  losses = model_lib.compute_losses(feedback, out, lam)
+  np.testing.assert_allclose(float(losses.gate_term), expected, rtol=1e-5)
+  np.testing.assert_allclose(float(losses.gate_penalty), lam * expected, rtol=1e-5)
+  np.testing.assert_allclose(float(losses.total),
+                             float(losses.output + losses.hint) + lam * expected,
+                             rtol=1e-5)
+  no_penalty = model_lib.compute_losses(feedback, out, 0.0)
+  assert float(no_penalty.gate_penalty) == 0.0
+  np.testing.assert_allclose(float(no_penalty.total),
+                             float(no_penalty.output + no_penalty.hint), rtol=1e-6)
+
+
+def test_hint_loss_matches_dm_clrs(bfs_batch):
+  """Our summed hint loss is dm-clrs's losses.hint_loss, step for step."""
+  from clrs._src import losses as clrs_losses
+  spec, feedback = bfs_batch
+  m, params = _model(spec, feedback, "full")
+  out = m.apply(params, feedback.features, 0, False)
+  ours = model_lib.compute_losses(feedback, out, 0.0)
+  theirs = 0.0
+  for truth in feedback.features.hints:
+    preds = [out.hint_preds[truth.name][i] for i in range(out.gate_sum.shape[0])]
+    theirs += clrs_losses.hint_loss(truth, preds, feedback.features.lengths, NB_NODES)
+  np.testing.assert_allclose(float(ours.hint), float(theirs), rtol=1e-5)
+
+
+def test_bad_config_is_one_clear_error():
+  with pytest.raises(ValueError, match="history must be one of"):
+    model_lib.NetConfig(history="partial")
+  with pytest.raises(ValueError, match="hidden_size must be > 0"):
+    model_lib.NetConfig(hidden_size=0)

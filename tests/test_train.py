@@ -1,0 +1,111 @@
+"""The training protocol: learning, exact resume, divergence, bad input."""
+
+import json
+import pickle
+
+import jax
+import numpy as np
+import pytest
+
+from nar_markov import model as model_lib
+from nar_markov import train
+
+TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
+            eval_every_steps=25, log_every_steps=5, checkpoint_every_steps=5,
+            val_max_samples=16, test_max_samples=8, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, data_cache_dir):
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+
+
+@pytest.mark.parametrize("model", ["baseline", "forget", "gforget"])
+def test_tiny_run_improves_validation(tmp_path, model):
+  result = train.run_experiment(algorithm="bfs", seed=0, model=model,
+                                results_dir=str(tmp_path), train_steps=100,
+                                learning_rate=3e-3, lambda_gate=0.01, **TINY)
+  val = result["curves"]["val"]
+  assert val["step"][0] == 0 and val["step"][-1] == 100
+  assert result["status"] == "done" and result["steps"] == 100
+  assert result["val_best"] > val["score"][0] + 0.1, val["score"]
+  assert 0.0 <= result["test_score"] <= 1.0
+  on_disk = json.loads((tmp_path / model / "bfs" / "seed0" / "result.json").read_text())
+  assert on_disk["schema"] == train.RESULT_SCHEMA
+  assert on_disk["history"] == train.MODELS[model]
+  assert (tmp_path / model / "bfs" / "seed0" / "config.gin").exists()
+  assert not (tmp_path / model / "bfs" / "seed0" / "checkpoint.pkl").exists()
+  curves = on_disk["curves"]
+  assert len(curves["train"]["loss"]) == len(curves["train"]["step"]) == 20
+  assert len(curves["val"]["hidden_norm"]) == len(val["step"])
+  assert all(len(l) >= 1 for l in curves["hint_step_loss"]["loss"])
+  if model == "forget":
+    assert max(curves["val"]["hidden_norm"]) == 0.0
+  else:
+    assert min(curves["val"]["hidden_norm"][1:]) > 0.0
+  if model == "gforget":
+    assert min(curves["train"]["gate_term"]) > 0.0
+    np.testing.assert_allclose(curves["train"]["gate_penalty"],
+                               0.01 * np.array(curves["train"]["gate_term"]), rtol=1e-4)
+
+
+def _params(path):
+  with open(path, "rb") as f:
+    return pickle.load(f)["params"]
+
+
+def test_resume_is_exact(tmp_path):
+  """Interrupted at 10 and resumed == uninterrupted, within 1e-6."""
+  common = dict(algorithm="insertion_sort", seed=3, model="gforget", train_steps=20,
+                lambda_gate=0.05, **TINY)
+  a, b = tmp_path / "a", tmp_path / "b"
+  ckpt = lambda root: root / "gforget" / "insertion_sort" / "seed3" / "checkpoint.pkl"
+  assert train.run_experiment(results_dir=str(a), stop_after_steps=10,
+                              **common)["status"] == "interrupted"
+  train.run_experiment(results_dir=str(a), stop_after_steps=5, **common)
+  train.run_experiment(results_dir=str(b), stop_after_steps=15, **common)
+  pa, pb = _params(ckpt(a)), _params(ckpt(b))
+  for x, y in zip(jax.tree_util.tree_leaves(pa), jax.tree_util.tree_leaves(pb)):
+    np.testing.assert_allclose(x, y, atol=1e-6, rtol=0)
+  ra = train.run_experiment(results_dir=str(a), **common)
+  rb = train.run_experiment(results_dir=str(b), **common)
+  assert ra["steps"] == rb["steps"] == 20
+  np.testing.assert_allclose(ra["curves"]["train"]["loss"], rb["curves"]["train"]["loss"],
+                             rtol=1e-6)
+  assert ra["test_score"] == rb["test_score"]
+
+
+def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
+  real = model_lib.compute_losses
+
+  def poisoned(feedback, out, lambda_gate):
+    losses = real(feedback, out, lambda_gate)
+    return losses._replace(total=losses.total * np.nan)
+
+  monkeypatch.setattr(model_lib, "compute_losses", poisoned)
+  result = train.run_experiment(algorithm="bfs", seed=0, model="baseline",
+                                results_dir=str(tmp_path), train_steps=20, **TINY)
+  assert result["status"] == "diverged"
+  assert result["diverged_step"] == 1 and result["steps"] == 1
+  assert result["test_score"] is None
+  on_disk = json.loads((tmp_path / "baseline" / "bfs" / "seed0" / "result.json").read_text())
+  assert on_disk["status"] == "diverged"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(algorithm="bogo_sort", model="baseline"), "bfs"),
+    (dict(algorithm="bfs", model="transformer"), "unknown model"),
+    (dict(algorithm="bfs", model="baseline", hidden_size=0), "hidden_size must be > 0"),
+    (dict(algorithm="bfs", model="gforget", lambda_gate={"dfs": 1.0}), "calibration"),
+    (dict(algorithm="bfs", model="gforget", lambda_gate=-1.0), "lambda_gate"),
+])
+def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    train.run_experiment(seed=0, results_dir=str(tmp_path), **kwargs)
+  assert not any(tmp_path.iterdir())
+
+
+def test_lambda_resolution():
+  assert train.resolve_lambda({"bfs": 0.5}, "bfs", "gforget") == 0.5
+  assert train.resolve_lambda(0.5, "bfs", "gforget_nopenalty") == 0.0
+  assert train.resolve_lambda(0.5, "bfs", "calibrate") == 0.0
