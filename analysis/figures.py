@@ -1,0 +1,235 @@
+"""Training-dynamics figures of the paper, from the `curves` of result JSON files.
+
+  <alg>_train_loss      total training loss over steps, one line per model: mean over seeds,
+                        band ± std (paper Fig. 5 left / Fig. 10a), lightly smoothed as there.
+  <alg>_hint_step_loss  training hint loss per execution step t at a few checkpoints (early,
+                        middle, last logged entry of curves.hint_step_loss; paper Fig. 10b).
+  <alg>_hidden_norm     ||h(t-1)||/sqrt(d) on validation (gated: ||g*h||/sqrt(d)) over
+                        training (curves.val.hidden_norm; paper Figs. 5 right, 7, 8).
+Each is written as PNG and PDF. Seeds are put on a common step grid by linear interpolation
+(runs that stopped early, e.g. diverged, only cover their own range).
+"""
+
+import pathlib
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on cluster nodes
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from analysis import categories  # noqa: E402
+from analysis import tables  # noqa: E402
+
+FIGURE_MODELS = ("baseline", "forget", "gforget", "gforget_nopenalty")
+COLORS = {
+  "baseline": "tab:blue",
+  "forget": "tab:orange",
+  "gforget": "tab:green",
+  "gforget_nopenalty": "tab:purple",
+}
+CHECKPOINT_FRACTIONS = (0.1, 0.5, 1.0)
+
+
+def smooth(y, window):
+  """Centred moving average ignoring NaN (the paper smooths its loss curves 'for clarity')."""
+  y = np.asarray(y, dtype=float)
+  if window <= 1 or len(y) < 3:
+    return y
+  half = window // 2
+  out = np.empty_like(y)
+  for i in range(len(y)):
+    chunk = y[max(0, i - half) : i + half + 1]
+    out[i] = np.nanmean(chunk) if np.isfinite(chunk).any() else np.nan
+  return out
+
+
+def _series(run, group, key):
+  """(steps, values) of curves[group][key] as float arrays, or None if absent/malformed."""
+  try:
+    curve = run["curves"][group]
+    steps = np.asarray(curve["step"], dtype=float)
+    values = np.asarray([np.nan if v is None else v for v in curve[key]], dtype=float)
+  except (KeyError, TypeError, ValueError):
+    return None
+  if steps.ndim != 1 or steps.shape != values.shape or len(steps) == 0:
+    return None
+  return steps, values
+
+
+def band(series_list):
+  """Mean and std over seeds on a common grid: (grid, mean, std)."""
+  grid = max((s for s, _ in series_list), key=len)
+  stacked = []
+  for steps, values in series_list:
+    ok = np.isfinite(values)
+    y = np.full(len(grid), np.nan)
+    if ok.sum() >= 1:
+      inside = (grid >= steps[ok].min()) & (grid <= steps[ok].max())
+      y[inside] = np.interp(grid[inside], steps[ok], values[ok])
+    stacked.append(y)
+  stacked = np.array(stacked)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+    mean = np.nanmean(stacked, axis=0)
+    std = np.nanstd(stacked, axis=0, ddof=0) if len(stacked) > 1 else np.zeros(len(grid))
+  return grid, mean, np.nan_to_num(std)
+
+
+def _runs_by_model(runs, algorithm, models):
+  by_model = {}
+  for r in runs:
+    if r["algorithm"] == algorithm and r["model"] in models:
+      by_model.setdefault(r["model"], []).append(r)
+  return {m: by_model[m] for m in models if m in by_model}
+
+
+def _curve_plot(ax, by_model, group, key, *, smooth_frac=0.0, log=False):
+  plotted = False
+  for model, runs in by_model.items():
+    series = [s for s in (_series(r, group, key) for r in runs) if s is not None]
+    if not series:
+      continue
+    grid, mean, std = band(series)
+    window = max(1, int(round(smooth_frac * len(grid))))
+    mean, std = smooth(mean, window), smooth(std, window)
+    label = f"{tables.MODEL_LABELS[model]} ({len(series)} seeds)"
+    ax.plot(grid, mean, color=COLORS.get(model), label=label)
+    ax.fill_between(grid, mean - std, mean + std, color=COLORS.get(model), alpha=0.2, linewidth=0)
+    plotted = True
+  if plotted and log:
+    ax.set_yscale("log")
+  return plotted
+
+
+def _hint_step_entries(run):
+  """(steps, [loss per execution step]) of curves.hint_step_loss, or None."""
+  try:
+    h = run["curves"]["hint_step_loss"]
+    steps = [float(s) for s in h["step"]]
+    losses = [[np.nan if v is None else float(v) for v in entry] for entry in h["loss"]]
+  except (KeyError, TypeError, ValueError):
+    return None
+  if not steps or len(steps) != len(losses):
+    return None
+  return steps, losses
+
+
+def _save(fig, out_dir, name):
+  paths = []
+  for ext in ("png", "pdf"):
+    path = pathlib.Path(out_dir) / f"{name}.{ext}"
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    paths.append(path)
+  plt.close(fig)
+  return paths
+
+
+def plot_train_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
+  by_model = _runs_by_model(runs, algorithm, models)
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  if not _curve_plot(ax, by_model, "train", "loss", smooth_frac=0.04, log=True):
+    plt.close(fig)
+    return []
+  ax.set(
+    xlabel="training step",
+    ylabel="training loss",
+    title=f"{categories.plain_name(algorithm)}: training loss",
+  )
+  ax.legend(fontsize=8)
+  ax.grid(alpha=0.3)
+  return _save(fig, out_dir, f"{algorithm}_train_loss")
+
+
+def plot_hidden_norm(runs, algorithm, out_dir, models=FIGURE_MODELS):
+  by_model = _runs_by_model(runs, algorithm, models)
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  if not _curve_plot(ax, by_model, "val", "hidden_norm"):
+    plt.close(fig)
+    return []
+  ax.set(
+    xlabel="training step",
+    ylabel=r"$\|h^{(t-1)}\|/\sqrt{d}$ (gated: $\|g\odot h\|$)",
+    title=f"{categories.plain_name(algorithm)}: history norm (validation)",
+  )
+  ax.set_ylim(bottom=-0.03 * ax.get_ylim()[1])  # keep an all-zero ForgetNet line visible
+  ax.legend(fontsize=8)
+  ax.grid(alpha=0.3)
+  return _save(fig, out_dir, f"{algorithm}_hidden_norm")
+
+
+def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
+  """Loss per execution step at a few logged training steps (CHECKPOINT_FRACTIONS of the
+  longest run's log); a run contributes to a panel only if it logged that exact step (runs
+  log on a fixed schedule; one that stopped early, e.g. diverged, drops out of late panels).
+  """
+  by_model = _runs_by_model(runs, algorithm, models)
+  entries = {
+    m: [e for e in (_hint_step_entries(r) for r in rs) if e is not None]
+    for m, rs in by_model.items()
+  }
+  entries = {m: e for m, e in entries.items() if e}
+  if not entries:
+    return []
+  longest = max((steps for es in entries.values() for steps, _ in es), key=len)
+  checkpoints = sorted({longest[int(round(f * (len(longest) - 1)))] for f in CHECKPOINT_FRACTIONS})
+  n = len(checkpoints)
+  fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.2), sharey=True, squeeze=False)
+  for ax, step in zip(axes[0], checkpoints):
+    for model, model_entries in entries.items():
+      curves = [losses[steps.index(step)] for steps, losses in model_entries if step in steps]
+      if not curves:
+        continue
+      width = max(len(c) for c in curves)
+      stacked = np.array([c + [np.nan] * (width - len(c)) for c in curves])
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(stacked, axis=0)
+        std = np.nanstd(stacked, axis=0) if len(stacked) > 1 else np.zeros(width)
+      t = np.arange(1, width + 1)
+      ax.plot(
+        t,
+        mean,
+        marker="o",
+        markersize=3,
+        color=COLORS.get(model),
+        label=f"{tables.MODEL_LABELS[model]} ({len(curves)} seeds)",
+      )
+      ax.fill_between(
+        t,
+        mean - np.nan_to_num(std),
+        mean + np.nan_to_num(std),
+        color=COLORS.get(model),
+        alpha=0.2,
+        linewidth=0,
+      )
+    ax.set(xlabel="execution step $t$", title=f"training step {step:.0f}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  axes[0][0].set_ylabel("hint loss at step $t$")
+  fig.suptitle(f"{categories.plain_name(algorithm)}: training hint loss per execution step", y=1.02)
+  return _save(fig, out_dir, f"{algorithm}_hint_step_loss")
+
+
+def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):
+  """All three figures for each algorithm; returns the written paths.
+
+  An algorithm without curves for any model gets no figure and a printed note.
+  """
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  written = []
+  for algorithm in algorithms:
+    paths = (
+      plot_train_loss(runs, algorithm, out_dir, models)
+      + plot_hint_step_loss(runs, algorithm, out_dir, models)
+      + plot_hidden_norm(runs, algorithm, out_dir, models)
+    )
+    if not paths:
+      print(f"figures: no curves for {algorithm}; skipped")
+    written += paths
+  return written
+
+
+__all__ = ["make_figures", "band", "smooth"]

@@ -1,0 +1,128 @@
+"""Reproduction report: ours vs the paper, per model and algorithm (CSV + Markdown).
+
+For each of our models that the paper reports (analysis.paper.PAPER_TABLE) and each of the 30
+algorithms: our mean ± std (percent, ddof=1), the paper's, Δ = ours − paper, whether ours lies
+within the paper's mean ± 2σ (σ: the paper's std over its 10 seeds), and the seeds, diverged
+runs and training steps (`steps` trained / `train_steps` configured, from the JSON) behind our
+number.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis import categories
+from analysis import paper as paper_lib
+from analysis import results as results_lib
+from analysis import tables
+
+COLUMNS = [
+  "model",
+  "algorithm",
+  "paper_table",
+  "ours_mean_pct",
+  "ours_std_pct",
+  "n_seeds",
+  "n_runs",
+  "n_diverged",
+  "steps",
+  "train_steps",
+  "paper_mean_pct",
+  "paper_std_pct",
+  "delta_pct",
+  "within_2sigma",
+]
+
+
+def reproduction_frame(agg, paper):
+  """One row per (model with a paper counterpart present in agg, algorithm of CLRS-30)."""
+  models = [
+    m for m in tables.MODEL_LABELS if m in paper_lib.PAPER_TABLE and (agg["model"] == m).any()
+  ]
+  rows = []
+  for model in models:
+    ours = tables._cells(agg, model)
+    theirs = paper_lib.paper_cells(paper, model)
+    for algorithm in categories.PAPER_ORDER:
+      s = ours.get(algorithm)
+      p_mean, p_std = theirs.get(algorithm, (np.nan, np.nan))
+      mean = s.mean_pct if s is not None else np.nan
+      delta = mean - p_mean
+      rows.append(
+        {
+          "model": model,
+          "algorithm": algorithm,
+          "paper_table": paper_lib.PAPER_TABLE[model],
+          "ours_mean_pct": mean,
+          "ours_std_pct": s.std_pct if s is not None else np.nan,
+          "n_seeds": s.n_seeds if s is not None else 0,
+          "n_runs": s.n_runs if s is not None else 0,
+          "n_diverged": s.n_diverged if s is not None else 0,
+          "steps": s.steps if s is not None else "",
+          "train_steps": s.train_steps if s is not None else "",
+          "paper_mean_pct": p_mean,
+          "paper_std_pct": p_std,
+          "delta_pct": delta,
+          "within_2sigma": (pd.NA if math.isnan(delta) else bool(abs(delta) <= 2 * p_std + 1e-9)),
+        }
+      )
+  df = pd.DataFrame(rows, columns=COLUMNS)
+  df["within_2sigma"] = df["within_2sigma"].astype("boolean")
+  return df
+
+
+def _pm(mean, std):
+  if not tables._finite(mean):
+    return tables.MISSING
+  return f"{mean:.2f}" + (f" ± {std:.2f}" if tables._finite(std) else "")
+
+
+def reproduction_markdown(frame, *, n_files, problems, agg, skipped_models=()):
+  """The report as Markdown: a header with what was loaded, one table per model."""
+  n_runs = int(agg["n_runs"].sum()) if len(agg) else 0
+  n_diverged = int(agg["n_diverged"].sum()) if len(agg) else 0
+  n_unscored = int((agg["n_runs"] - agg["n_seeds"]).sum()) if len(agg) else 0
+  lines = [
+    "# Reproduction report: ours vs Bohde et al. (ICLR 2024)",
+    "",
+    f"- result.json files found: {n_files}; runs used: {n_runs}; "
+    f"files left out (corrupt/partial, listed at the end): {len(problems)}.",
+    f"- Diverged runs: {n_diverged}; counted with their test score, "
+    f"{n_unscored} without a score left out of mean/std.",
+    f"- Ours: mean ± sample std (ddof={results_lib.STD_DDOF}) over seeds, in percent. "
+    'Δ = ours − paper. "±2σ": |Δ| ≤ 2 × the paper\'s std.',
+    "- steps: trained steps (`steps`), train_steps: configured (`train_steps`); "
+    '"a-b" when seeds differ.',
+  ]
+  if skipped_models:
+    lines.append(
+      "- No paper counterpart, not compared: " + ", ".join(f"`{m}`" for m in skipped_models) + "."
+    )
+  for model, g in frame.groupby("model", sort=False):
+    have = g[g["n_seeds"] > 0]
+    within = int(have["within_2sigma"].fillna(False).sum())
+    mean_delta = have["delta_pct"].mean()
+    title = tables.MODEL_LABELS[model] + (", multi-task" if "multitask" in model else "")
+    lines += [
+      "",
+      f"## {title} (`{model}`; paper: tab:{g['paper_table'].iloc[0]})",
+      "",
+      f"{len(have)}/{len(g)} algorithms with results; {within}/{len(have)} within "
+      "the paper's ±2σ" + (f"; mean Δ {mean_delta:+.2f}" if len(have) else "") + ".",
+      "",
+      "| Algorithm | Ours | Paper | Δ | ±2σ | seeds | diverged | steps | train_steps |",
+      "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in g.itertuples():
+      within_text = "" if pd.isna(r.within_2sigma) else ("yes" if r.within_2sigma else "no")
+      delta = f"{r.delta_pct:+.2f}" if tables._finite(r.delta_pct) else ""
+      lines.append(
+        f"| {categories.plain_name(r.algorithm)} | "
+        f"{_pm(r.ours_mean_pct, r.ours_std_pct)} | "
+        f"{_pm(r.paper_mean_pct, r.paper_std_pct)} | {delta} | {within_text} | "
+        f"{r.n_seeds} | {r.n_diverged} | {r.steps} | {r.train_steps} |"
+      )
+  lines += ["", "## Files left out", ""]
+  lines += [("- `%s`: %s" % tuple(p.split(": ", 1))) for p in problems] or ["none"]
+  return "\n".join(lines) + "\n"

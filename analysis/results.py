@@ -1,0 +1,195 @@
+"""Result JSON files -> validated runs -> long-format DataFrame -> per-cell statistics.
+
+Data flows one way (STYLE.md): glob `**/result.json` -> list of run dicts -> long DataFrame
+(model, algorithm, seed, metric, value) -> aggregates that the tables and figures read.
+
+Decisions (the tables' captions and reproduction.md repeat them):
+  * A file that is not valid JSON, lacks a required key or has a value of the wrong type is
+    reported by path (a warning) and left out. It never counts as a run, let alone as a 0.
+  * `status: diverged` runs are counted with their `test_score` when they have one (the trainer
+    scores the best-validation checkpoint, so a late divergence still has a meaningful score;
+    dropping them would bias the mean upwards). A diverged run with `test_score: null` has no
+    score to count: it is left out of mean/std and only shows in `n_diverged`.
+  * std is the sample standard deviation over seeds (ddof=1, pandas' default); with one seed
+    it is undefined (NaN) and tables print the mean alone.
+  * Scores are fractions in [0, 1] in the JSON; aggregates are in percent (`*_pct`).
+"""
+
+import json
+import math
+import pathlib
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from analysis import categories
+
+SCHEMA = "nar_markov.result/1"
+STD_DDOF = 1
+STATUSES = ("done", "diverged")
+
+# key -> accepted types. bool is rejected separately (it is an int to Python).
+_REQUIRED = {
+  "schema": (str,),
+  "model": (str,),
+  "algorithm": (str,),
+  "seed": (int,),
+  "status": (str,),
+  "test_score": (int, float, type(None)),
+  "steps": (int,),
+  "train_steps": (int,),
+}
+# Optional scalars copied into the long DataFrame when numeric.
+_SCALAR_METRICS = ("val_best", "val_best_step", "wall_time_s", "steps_per_s", "lambda_gate")
+
+
+class ResultWarning(UserWarning):
+  """A result.json that was left out, or a duplicate run."""
+
+
+def validate(result):
+  """Reasons why `result` (parsed JSON) is not a usable run; [] if it is."""
+  if not isinstance(result, dict):
+    return [f"top level is {type(result).__name__}, not an object"]
+  problems = []
+  for key, types in _REQUIRED.items():
+    if key not in result:
+      problems.append(f"missing key {key!r}")
+    elif isinstance(result[key], bool) or not isinstance(result[key], types):
+      problems.append(f"{key!r} has type {type(result[key]).__name__}")
+  if problems:
+    return problems
+  if result["schema"] != SCHEMA:
+    problems.append(f"schema {result['schema']!r} is not {SCHEMA!r}")
+  if result["status"] not in STATUSES:
+    problems.append(f"status {result['status']!r} not in {STATUSES}")
+  if result["algorithm"] not in categories.ALGORITHMS:
+    problems.append(f"algorithm {result['algorithm']!r} is not a CLRS-30 algorithm")
+  score = result["test_score"]
+  if score is None:
+    if result["status"] != "diverged":
+      problems.append("test_score is null but status is not diverged")
+  elif not (math.isfinite(score) and 0.0 <= score <= 1.0):
+    problems.append(f"test_score {score!r} is not a fraction in [0, 1]")
+  return problems
+
+
+def load_runs(results_dir):
+  """Valid runs under `results_dir` (sorted by path) and the problems found, by path.
+
+  Returns (runs, problems): runs are the parsed dicts plus a 'path' key (relative to
+  results_dir, POSIX); problems is a list of 'relpath: reason' strings, also emitted as
+  ResultWarning. A duplicate (model, algorithm, seed) keeps the first path in sorted order.
+  """
+  root = pathlib.Path(results_dir)
+  if not root.is_dir():
+    raise FileNotFoundError(f"results directory {results_dir!r} does not exist")
+  runs, problems, seen = [], [], {}
+  for path in sorted(root.glob("**/result.json")):
+    rel = path.relative_to(root).as_posix()
+    try:
+      with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+      problems.append(f"{rel}: unreadable JSON ({e})")
+      continue
+    reasons = validate(result)
+    if reasons:
+      problems.append(f"{rel}: " + "; ".join(reasons))
+      continue
+    key = (result["model"], result["algorithm"], result["seed"])
+    if key in seen:
+      problems.append(f"{rel}: duplicate of {seen[key]} (model, algorithm, seed) = {key}")
+      continue
+    seen[key] = rel
+    runs.append(dict(result, path=rel))
+  for p in problems:
+    warnings.warn(p, ResultWarning, stacklevel=2)
+  return runs, problems
+
+
+def _number(x):
+  if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+    return None
+  return float(x)
+
+
+def to_long(runs):
+  """Long-format DataFrame: one row per (model, algorithm, seed, metric).
+
+  Metrics: test_score (NaN for a diverged run without one), test_score/<output>, diverged
+  (0/1), steps, train_steps and the optional scalars of _SCALAR_METRICS that are numbers.
+  """
+  rows = []
+  for r in runs:
+    key = (r["model"], r["algorithm"], r["seed"])
+    score = _number(r["test_score"])
+    rows.append(key + ("test_score", np.nan if score is None else score))
+    rows.append(key + ("diverged", float(r["status"] == "diverged")))
+    rows.append(key + ("steps", float(r["steps"])))
+    rows.append(key + ("train_steps", float(r["train_steps"])))
+    for name in _SCALAR_METRICS:
+      value = _number(r.get(name))
+      if value is not None:
+        rows.append(key + (name, value))
+    per_output = r.get("test_scores")
+    if isinstance(per_output, dict):
+      for name in sorted(per_output):
+        value = _number(per_output[name])
+        if value is not None:
+          rows.append(key + (f"test_score/{name}", value))
+  df = pd.DataFrame(rows, columns=["model", "algorithm", "seed", "metric", "value"])
+  return df.astype({"seed": "int64", "value": "float64"})
+
+
+def _span(values):
+  values = sorted({int(v) for v in values})
+  if not values:
+    return ""
+  return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def aggregate(long, metric="test_score"):
+  """Per (model, algorithm): mean_pct, std_pct (ddof=1), n_seeds (scored runs), n_runs,
+  n_diverged, seeds, steps, train_steps (the values, or 'min-max' when seeds differ)."""
+  columns = [
+    "model",
+    "algorithm",
+    "mean_pct",
+    "std_pct",
+    "n_seeds",
+    "n_runs",
+    "n_diverged",
+    "seeds",
+    "steps",
+    "train_steps",
+  ]
+  if long.empty:
+    return pd.DataFrame(columns=columns)
+  # One row per run (load_runs drops duplicate runs, so the index is unique).
+  wide = long.set_index(["model", "algorithm", "seed", "metric"])["value"].unstack("metric")
+  out = []
+  for (model, algorithm), g in wide.groupby(level=["model", "algorithm"], sort=True):
+    scores = g[metric].dropna() * 100.0
+    out.append(
+      {
+        "model": model,
+        "algorithm": algorithm,
+        "mean_pct": scores.mean() if len(scores) else np.nan,
+        "std_pct": scores.std(ddof=STD_DDOF) if len(scores) > STD_DDOF else np.nan,
+        "n_seeds": int(len(scores)),
+        "n_runs": int(len(g)),
+        "n_diverged": int(g["diverged"].sum()),
+        "seeds": " ".join(str(s) for s in g.index.get_level_values("seed")),
+        "steps": _span(g["steps"]),
+        "train_steps": _span(g["train_steps"]),
+      }
+    )
+  return pd.DataFrame(out, columns=columns)
+
+
+def load_results(results_dir):
+  """(runs, long DataFrame, problems) for a results directory."""
+  runs, problems = load_runs(results_dir)
+  return runs, to_long(runs), problems

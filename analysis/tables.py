@@ -1,0 +1,382 @@
+"""LaTeX tables in the paper's format, from `results.aggregate` output.
+
+Cells copy the paper's LaTeX: `$98.40\\% \\scriptstyle{{\\light{\\pm0.21}}}$` (percent, two
+decimals), `\\cellcolor{green!30!white}` for "better than the baseline", `\\textbf{..}` for the
+best and `\\underline{..}` for the second best. Comparisons use the values as printed (rounded
+to 2 decimals), so a reader can check every mark by eye; ties get the same mark.
+
+Our additions, explained in each caption:
+  `\\textsuperscript{\\light{[n]}}`  the mean is over n seeds, fewer than the N expected
+  `—`                                no run for this cell
+  `{\\light{\\scriptsize(98.40)}}`    (option paper=...) the paper's mean for the same cell
+The tables need booktabs, colortbl, graphicx, xcolor and the paper's macro
+`\\definecolor{light}{rgb}{0.3, 0.3, 0.3}\\def\\light#1{{\\color{light}#1}}` (PREAMBLE).
+"""
+
+import math
+
+from analysis import categories
+from analysis import paper as paper_lib
+
+PREAMBLE = (
+  "\\usepackage{booktabs}\n\\usepackage{colortbl}\n\\usepackage{graphicx}\n"
+  "\\usepackage{xcolor}\n\\definecolor{light}{rgb}{0.3, 0.3, 0.3}\n"
+  "\\def\\light#1{{\\color{light}#1}}\n"
+)
+MISSING = "—"
+HIGHLIGHT = "\\cellcolor{green!30!white} "
+MODEL_LABELS = {
+  "baseline": "Baseline",
+  "forget": "ForgetNet",
+  "gforget": "G-ForgetNet",
+  "gforget_nopenalty": "G-ForgetNet w/o penalty",
+  "calibrate": "G-ForgetNet (calibrate)",
+  "baseline_multitask": "Baseline",
+  "forget_multitask": "ForgetNet",
+  "memnet": "Memnet",
+  "mpnn": "MPNN",
+  "pgn": "PGN",
+  "triplet_gmpnn": "Triplet-GMPNN",
+}
+THREE_MODELS = ("baseline", "forget", "gforget")
+PENALTY_MODELS = ("baseline", "gforget_nopenalty", "gforget")
+MULTITASK_MODELS = ("baseline_multitask", "forget_multitask")
+
+# The paper's captions; ours append notes on seeds, missing runs and divergence.
+CAPTIONS = {
+  "three_model_comparison": (
+    "Test OOD micro-F1 score of the baseline, ForgetNet, and G-ForgetNet methods. The cells "
+    "are highlighted if their corresponding results are better than the baseline."
+  ),
+  "main_comparison": (
+    "Test OOD micro-F1 score of G-ForgetNet and existing methods. The highest scores are "
+    "highlighted in bold, while the second-highest scores are underlined."
+  ),
+  "penalty_ablate": (
+    "Test OOD micro-F1 score of the baseline, G-ForgetNet without penalty, and G-ForgetNet "
+    "methods. The cells are highlighted if their corresponding results are better than the "
+    "baseline. The highest scores are highlighted in bold."
+  ),
+  "multi_table": (
+    "Test OOD micro-F1 scores of the baseline and ForgetNet on the multi-task setting."
+  ),
+}
+
+
+def _finite(x):
+  return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def shown(x):
+  """The value as printed (2 decimals), or None for a missing value."""
+  return float(f"{x:.2f}") if _finite(x) else None
+
+
+def marks(values):
+  """'bold' for the best printed value, 'underline' for the second best, else None.
+
+  Needs two or more values to compare; ties share the mark.
+  """
+  printed = [shown(v) for v in values]
+  present = sorted({v for v in printed if v is not None}, reverse=True)
+  if sum(v is not None for v in printed) < 2:
+    return [None] * len(values)
+  best = present[0]
+  second = present[1] if len(present) > 1 else None
+  return [
+    "bold" if v == best else "underline" if v is not None and v == second else None for v in printed
+  ]
+
+
+def _number(text, mark):
+  if mark == "bold":
+    return "\\textbf{" + text + "}"
+  if mark == "underline":
+    return "\\underline{" + text + "}"
+  return text
+
+
+def score_cell(mean_pct, std_pct=None, *, mark=None, highlight=False, note=None, paper=None):
+  """One cell in the paper's format, e.g. `$98.40\\% \\scriptstyle{{\\light{\\pm0.21}}}$`.
+
+  mark: None|'bold'|'underline'; highlight: green background; note: grey superscript
+  (seed count); paper: the paper's mean (percent) to print after ours, None for none.
+  """
+  if not _finite(mean_pct):
+    cell = MISSING
+  else:
+    cell = "$" + _number(f"{mean_pct:.2f}", mark) + "\\%"
+    if _finite(std_pct):
+      cell += " \\scriptstyle{{\\light{\\pm" + f"{std_pct:.2f}" + "}}}"
+    cell += "$"
+    if highlight:
+      cell = HIGHLIGHT + cell
+  if note:
+    cell += "\\textsuperscript{\\light{[" + note + "]}}"
+  if _finite(paper):
+    cell += " {\\light{\\scriptsize(" + f"{paper:.2f}" + ")}}"
+  return cell
+
+
+def count_cell(count, total, mark=None):
+  return "$" + _number(f"{count}/{total}", mark) + "$"
+
+
+def _cells(agg, model):
+  """{algorithm: row of aggregate} for one model."""
+  rows = agg[agg["model"] == model]
+  return {r.algorithm: r for r in rows.itertuples()}
+
+
+def models_present(agg, models):
+  return [m for m in models if (agg["model"] == m).any()]
+
+
+def expected_seeds_of(agg, models):
+  """Default N for the seed-count marks: the most seeds any cell of these models has."""
+  n = agg.loc[agg["model"].isin(models), "n_seeds"]
+  return int(n.max()) if len(n) else 0
+
+
+def _diverged_note(agg, models):
+  sub = agg[agg["model"].isin(models)]
+  n_diverged = int(sub["n_diverged"].sum())
+  text = f" Diverged runs: {n_diverged}"
+  if n_diverged:
+    n_unscored = int((sub["n_runs"] - sub["n_seeds"]).sum())
+    text += f", counted with their test score ({n_unscored} without one left out)"
+  return text + "."
+
+
+def _notes(agg, models, expected_seeds, with_paper):
+  text = (
+    " Ours: mean $\\pm$ sample std (ddof=1) over seeds, in \\%;"
+    f" a grey superscript [n] marks a mean over n $<$ {expected_seeds} seeds;"
+    f" {MISSING} marks no run."
+  )
+  text += _diverged_note(agg, models)
+  if with_paper:
+    text += " Grey (x): the paper's mean."
+  return text
+
+
+def _wrap(label, caption, colspec, header, body_lines):
+  lines = [
+    "\\begin{table}",
+    "\t\\caption{" + caption + "}",
+    "\t\\label{tab:" + label + "}",
+    "\t\\centering",
+    "\t\\resizebox{\\columnwidth}{!}{",
+    "\t\\begin{tabular}{" + colspec + "}",
+    "\t\t\\toprule",
+    "\t\t" + " & ".join("\\textbf{" + h + "}" for h in header) + " \\\\",
+    "\t\t\\midrule",
+  ]
+  lines += ["\t\t" + line for line in body_lines]
+  lines += ["\t\t\\bottomrule", "\t\\end{tabular}", "\t}", "\\end{table}"]
+  return "% Generated by analysis/make_tables.py; do not edit.\n" + "\n".join(lines) + "\n"
+
+
+def comparison_table(agg, models, *, label, highlight_vs=None, paper=None, expected_seeds=None):
+  """The paper's two-column per-algorithm table (15 algorithms a side, `lccc|lccc`).
+
+  agg: results.aggregate(); models: the columns, in order; highlight_vs: model whose cells
+  the others are compared with for the green highlight (None: no highlight); paper: the
+  paper DataFrame to print the paper's mean in each cell (None: ours only).
+  """
+  if expected_seeds is None:
+    expected_seeds = expected_seeds_of(agg, models)
+  cells = {m: _cells(agg, m) for m in models}
+  paper_means = {m: paper_lib.paper_cells(paper, m) for m in models} if paper is not None else None
+
+  def row(algorithm):
+    stats = [cells[m].get(algorithm) for m in models]
+    means = [s.mean_pct if s is not None else None for s in stats]
+    # Tables 1, 7 and 8 of the paper bold the best cell only; no underline.
+    row_marks = [m if m == "bold" else None for m in marks(means)]
+    reference = shown(means[models.index(highlight_vs)]) if highlight_vs in models else None
+    out = [categories.display_name(algorithm)]
+    for m, s, mean, mark in zip(models, stats, means, row_marks):
+      note = None
+      if s is not None and 0 < s.n_seeds < expected_seeds:
+        note = str(s.n_seeds)
+      highlight = (
+        m != highlight_vs
+        and reference is not None
+        and shown(mean) is not None
+        and shown(mean) > reference
+      )
+      p = paper_means[m].get(algorithm, (None, None))[0] if paper_means is not None else None
+      out.append(
+        score_cell(
+          mean,
+          s.std_pct if s is not None else None,
+          mark=mark,
+          highlight=highlight,
+          note=note,
+          paper=p,
+        )
+      )
+    return " & ".join(out)
+
+  half = len(categories.PAPER_ORDER) // 2
+  body = []
+  for left, right in zip(categories.PAPER_ORDER[:half], categories.PAPER_ORDER[half:]):
+    body += [row(left) + " &", "\t" + row(right) + " \\\\"]
+  header = ["Algorithm"] + [MODEL_LABELS[m] for m in models]
+  colspec = "l" + "c" * len(models)
+  caption = CAPTIONS[label] + _notes(agg, models, expected_seeds, paper is not None)
+  return _wrap(label, caption, colspec + "|" + colspec, header + header, body)
+
+
+def category_stats(cells, algorithms):
+  """(mean, mean of stds, n present) over `algorithms` of {algorithm: (mean, std)}.
+
+  The paper's Table 2 averages per-algorithm means and per-algorithm stds over a category
+  (checked against its Table 6 in tests); algorithms without a result are skipped.
+  """
+  present = [cells[a] for a in algorithms if a in cells and _finite(cells[a][0])]
+  if not present:
+    return None, None, 0
+  stds = [s for _, s in present if _finite(s)]
+  mean = sum(m for m, _ in present) / len(present)
+  return mean, (sum(stds) / len(stds) if stds else None), len(present)
+
+
+THRESHOLDS_PCT = (99, 97, 95)
+
+
+def summary_columns(agg, models, paper=None):
+  """[(header, {algorithm: (mean_pct, std_pct)}, printed)] for the summary table.
+
+  printed: the paper's own Table 2 values {row: (value, std)} for a paper column the paper
+  summarises (literature baselines, G-ForgetNet), used instead of re-aggregating its
+  rounded per-algorithm values (which can differ by 0.01); {} otherwise.
+  """
+  ours = [
+    (m, {r.algorithm: (r.mean_pct, r.std_pct) for r in _cells(agg, m).values()}) for m in models
+  ]
+  if paper is None:
+    return [(MODEL_LABELS[m], c, {}) for m, c in ours]
+  columns = [
+    (MODEL_LABELS[m], paper_lib.paper_cells(paper, m), paper_lib.paper_summary(paper, m))
+    for m in paper_lib.LITERATURE_MODELS
+  ]
+  columns += [
+    (
+      MODEL_LABELS[m] + " (paper)",
+      paper_lib.paper_cells(paper, m),
+      paper_lib.paper_summary(paper, m),
+    )
+    for m in models
+  ]
+  columns += [(MODEL_LABELS[m] + " (ours)", c, {}) for m, c in ours]
+  return columns
+
+
+def summary_values(columns):
+  """Per row of the summary table, per column: (value, std, n_present, n_total)."""
+  n_all = len(categories.ALGORITHMS)
+  rows = {}
+  for cat, algs in categories.CATEGORY_ALGORITHMS.items():
+    rows[cat] = [category_stats(c, algs) + (len(algs),) for _, c, _ in columns]
+  rows["overall_average"] = [
+    category_stats(c, categories.ALGORITHMS) + (n_all,) for _, c, _ in columns
+  ]
+  for t in THRESHOLDS_PCT:
+    # Counted on the printed means, strictly above: 99.00 is not ">99%".
+    rows[f"above_{t}"] = [
+      (sum(shown(m) > t for m, _ in c.values() if _finite(m)), None, None, n_all)
+      for _, c, _ in columns
+    ]
+  for row, values in rows.items():
+    for i, (_, _, printed) in enumerate(columns):
+      if row in printed:
+        value, std = printed[row]
+        if row.startswith("above_"):
+          value = int(value)
+        values[i] = (value, None if row == "overall_average" else std, n_all, n_all)
+  return rows
+
+
+def summary_table(agg, models, *, paper=None, label="main_comparison"):
+  """The paper's Table 2: per-category averages, overall average, #algorithms above
+  99/97/95 %; bold best and underlined second best across the columns present.
+
+  Category cells with results for only k of the m algorithms carry a grey [k/m]; the
+  denominators of the counts are the 30 algorithms of CLRS-30.
+  """
+  columns = summary_columns(agg, models, paper)
+  values = summary_values(columns)
+  n_all = len(categories.ALGORITHMS)
+
+  def line(label_tex, row, with_std=True, counts=False):
+    row_marks = marks([v[0] for v in row])
+    out = [label_tex]
+    for (mean, std, k, n), mark in zip(row, row_marks):
+      if counts:
+        out.append(count_cell(mean, n, mark))
+        continue
+      note = f"{k}/{n}" if 0 < k < n else None
+      out.append(score_cell(mean, std if with_std else None, mark=mark, note=note))
+    return " & ".join(out) + " \\\\"
+
+  body = [
+    line(categories.CATEGORY_DISPLAY_NAMES[c], values[c]) for c in categories.CATEGORY_ALGORITHMS
+  ]
+  body += [
+    "\\midrule",
+    line("Overall Average", values["overall_average"], with_std=False),
+    "\\midrule",
+  ]
+  body += [line(f"$>{t}\\%$", values[f"above_{t}"], counts=True) for t in THRESHOLDS_PCT]
+  header = ["Algorithm"] + [h for h, _, _ in columns]
+  caption = CAPTIONS["main_comparison"]
+  caption += (
+    " Ours: category averages of per-algorithm means and stds (as the paper);"
+    " a grey superscript [k/m] marks an average over the k of m algorithms with"
+    f" results; counts are over the {n_all} algorithms; {MISSING} marks no run."
+  )
+  caption += _diverged_note(agg, models)
+  if paper is not None:
+    caption += (
+      " Literature and (paper) columns: the paper's Table 2 where it has the"
+      " model, else its per-algorithm values aggregated the same way."
+    )
+  return _wrap(label, caption, "l" + "c" * len(columns), header, body)
+
+
+def seeds_frame(agg):
+  """The seed counts behind every cell: the aggregate sorted in the paper's order."""
+  order = {a: i for i, a in enumerate(categories.PAPER_ORDER)}
+  model_order = {m: i for i, m in enumerate(MODEL_LABELS)}
+  out = agg.copy()
+  out["_m"] = out["model"].map(lambda m: model_order.get(m, len(model_order)))
+  out["_a"] = out["algorithm"].map(order)
+  out = out.sort_values(["_m", "model", "_a"]).drop(columns=["_m", "_a"])
+  return out.reset_index(drop=True)
+
+
+def standalone_document(table_files):
+  """A LaTeX document that \\input's the generated tables (compile it in the output dir)."""
+  body = "".join("\\input{" + f + "}\n\\clearpage\n" for f in table_files)
+  return (
+    "% Generated by analysis/make_tables.py; do not edit.\n"
+    "\\documentclass{article}\n" + PREAMBLE + "\\begin{document}\n" + body + "\\end{document}\n"
+  )
+
+
+__all__ = [
+  "comparison_table",
+  "summary_table",
+  "score_cell",
+  "marks",
+  "shown",
+  "category_stats",
+  "summary_values",
+  "summary_columns",
+  "seeds_frame",
+  "expected_seeds_of",
+  "models_present",
+  "standalone_document",
+]
