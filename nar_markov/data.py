@@ -1,0 +1,609 @@
+"""CLRS-30 data layer: the train stream, the official val/test splits, a cache.
+
+Everything here follows dm-clrs 2.0.3 (`clrs/examples/run.py` and
+`clrs/_src/dataset.py`); nothing is re-derived.
+
+Train (`TrainStream`)
+  On-the-fly samplers at 4, 7, 11, 13 and 16 nodes, cycled batch by batch as
+  run.py's `make_multi_sampler` does: `rng = np.random.RandomState(seed)`, each
+  length's sampler seeded with `rng.randint(2**32)` (num_samples=-1,
+  track_max_steps=True), and run.py's CLRS-30 settings: edge probabilities
+  p = (0.1, ..., 0.9), halved for articulation_points / bridges / mst_kruskal /
+  bipartite_matching ("otherwise trajectories are very long"); the string
+  matchers train at 16*5//4 = 20 nodes only with length_needle=-8 (a needle of
+  1..8 characters); then per batch: random `pos` (drawn from the same `rng`),
+  pred_h -> pred input for run.py's PRED_AS_INPUT_ALGOS, permutation pointers.
+  The preprocessing calls clrs's own `process_random_pos`,
+  `process_pred_as_input` and `process_permutations` on a one-batch iterator,
+  so the numerics are clrs's; since we own `rng`, the whole stream state is
+  capturable (`state_dict`/`load_state_dict`) for exact resume.
+  Deviation from run.py: run.py shares its `rng` with the val sampler (one extra
+  `randint` after the train samplers, then `uniform` draws at each evaluation),
+  so its train `pos` draws depend on when it evaluates; ours do not. The train
+  graphs themselves (the samplers' seeds) are run.py's for the same seed.
+
+Bounded shapes (`time_bucket`)
+  dm-clrs pads each batch's hints to the longest trajectory seen so far, so a
+  jitted step would recompile whenever that grows. We pad the hint time axis of
+  every train batch of (algorithm, nb_nodes) to the measured maximum T of that
+  size (`clrs30_trajectory_lengths.json`, package data, measured on dm-clrs
+  2.0.3); a batch longer than that is padded to T rounded up to a multiple of
+  8 (TIME_GRANULE). The
+  table is a sample maximum and clrs's own 1,000-trajectory estimate of max T
+  exceeds it for ~1 in 10 (algorithm, size) pairs (e.g. bfs at 11 nodes: 9 > 8
+  -> 16; mst_kruskal at 16 nodes: 147 > 127 -> 152), so a run sees one, sometimes two, time shapes per train length
+  (bfs, seed 0, 200 batches: 6 shapes; clrs's max T only grows, so a later
+  batch never returns to a smaller bucket). Padding is with zeros, as clrs
+  already pads inside a batch; `features.lengths` is unchanged, so losses and
+  `clrs.evaluate` see the same valid steps.
+
+Val/test (`load_split`)
+  Exactly the official CLRS-30 dataset builder's draw (`CLRSDataset._create_data`):
+  `clrs.build_sampler(alg, seed=CLRS30[split]['seed'],
+  num_samples=32 * num_samples_multiplier, length=CLRS30[split]['length'])`,
+  the full dataset (`sampler.next(None)`), then run.py's preprocessing without
+  random `pos`. Val: 16 nodes, seed 2; test: 64 nodes, seed 3.
+  Exception: the string matchers are validated at 20 nodes (their training
+  size, as run.py does), with the builder's default needle (length // 5 = 4).
+  At 16 nodes run.py's length_needle=-8 crashes dm-clrs 2.0.3 (a needle of 8
+  leaves an 8-character haystack and `rng.choice(0)` raises "a must be greater
+  than 0"), and the builder's own 16-node draw would validate below the
+  training size.
+
+Cache
+  Raw val/test draws (before preprocessing) are cached as
+  `<cache_dir>/clrs-<version>/<algorithm>_<split>.npz`, written atomically
+  (temp file + os.replace) with a SHA-256 over the stored arrays; a corrupt,
+  truncated or mismatching file is reported with `warnings.warn` and
+  regenerated. The directory is, in order: the `cache_dir` argument, the
+  NAR_MARKOV_CACHE environment variable, gin's `cache_dir.path`,
+  `~/.cache/nar_markov`. Arrays are stored losslessly but compactly: hints
+  without their zero time padding, and every array in the narrowest dtype that
+  round-trips bit for bit (pointers and masks are float64 in clrs): all 60
+  files take ~0.9 GB, and a reload is 10-50x faster than sampling, bounded by
+  writing out the float64 arrays (quickselect's test split: 3 GB, ~5x).
+
+Evaluation batches (`eval_batches`)
+  Fixed-size batches of a split; the last one is filled up by repeating samples
+  from the start of the split and comes with the number of valid samples, which
+  are the only ones to score. One shape per split, so one compilation.
+
+CLI
+  python -m nar_markov.data --algorithm bfs --split test [--cache-dir DIR]
+  python -m nar_markov.data --all      # fill the val+test cache for all 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import inspect
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+import warnings
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+
+import clrs
+from clrs._src import samplers as clrs_samplers
+import gin
+import numpy as np
+
+ALGORITHMS: Tuple[str, ...] = tuple(clrs.specs.CLRS_30_ALGS)
+SPLITS = ("train", "val", "test")
+TRAIN_LENGTHS: Tuple[int, ...] = (4, 7, 11, 13, 16)
+
+# examples/run.py PRED_AS_INPUT_ALGOS: pred_h is constant along these
+# trajectories, so it is an input, not a hint.
+PRED_AS_INPUT_ALGOS = frozenset([
+    "binary_search", "minimum", "find_maximum_subarray",
+    "find_maximum_subarray_kadane", "matrix_chain_order", "lcs_length",
+    "optimal_bst", "activity_selector", "task_scheduling",
+    "naive_string_matcher", "kmp_matcher", "jarvis_march"])
+STRING_MATCHERS = ("naive_string_matcher", "kmp_matcher")
+# run.py: "Choose a lower connection probability for the above algorithms,
+# otherwise trajectories are very long".
+_HALF_P_ALGOS = ("articulation_points", "bridges", "mst_kruskal",
+                 "bipartite_matching")
+# run.py's --length_needle default: needle length uniform in 1..8 (train only).
+_TRAIN_LENGTH_NEEDLE = -8
+# The string matchers are validated at their training size (module docstring).
+_STRING_MATCHER_VAL_LENGTH = 20
+
+_CACHE_FORMAT = 1
+TIME_GRANULE = 8  # time buckets beyond the measured max T are multiples of this
+_CACHE_ENV = "NAR_MARKOV_CACHE"
+_TRAJECTORY_LENGTHS_FILE = (pathlib.Path(__file__).resolve().parent /
+                            "clrs30_trajectory_lengths.json")
+
+
+def check_algorithm(name: str) -> str:
+  """`name` if it is one of the 30 CLRS-30 algorithms, else ValueError."""
+  if name not in ALGORITHMS:
+    raise ValueError(f"unknown algorithm {name!r}; valid CLRS-30 algorithms: "
+                     + ", ".join(ALGORITHMS))
+  return name
+
+
+def _check_split(split: str, allowed: Sequence[str] = ("val", "test")) -> str:
+  if split not in allowed:
+    raise ValueError(f"unknown split {split!r}; valid: {', '.join(allowed)}")
+  return split
+
+
+def get_spec(algorithm: str) -> clrs.Spec:
+  """The algorithm's spec after run.py's preprocessing (pred, permutations)."""
+  spec = clrs.SPECS[check_algorithm(algorithm)]
+  if algorithm in PRED_AS_INPUT_ALGOS:
+    spec, _ = clrs.process_pred_as_input(spec, iter(()))
+  spec, _ = clrs.process_permutations(spec, iter(()), True)
+  return spec
+
+
+def preprocess_feedback(algorithm: str, feedback: clrs.Feedback,
+               rng: Optional[np.random.RandomState] = None) -> clrs.Feedback:
+  """run.py's make_sampler preprocessing of one batch (random pos iff rng).
+
+  clrs's generator wrappers run on a one-batch iterator: identical numerics,
+  and the only state (`rng`) stays with the caller. Random pos replaces the
+  `pos` DataPoint's data in place, as clrs does.
+  """
+  spec = clrs.SPECS[algorithm]
+  it = iter((feedback,))
+  if rng is not None:
+    it = clrs.process_random_pos(it, rng)
+  if algorithm in PRED_AS_INPUT_ALGOS:
+    spec, it = clrs.process_pred_as_input(spec, it)
+  _, it = clrs.process_permutations(spec, it, True)
+  return next(it)
+
+
+# --------------------------------------------------------------------------
+# Shapes.
+
+def _hint_time(feedback: clrs.Feedback) -> int:
+  return int(feedback.features.hints[0].data.shape[0])
+
+
+def nb_nodes_of(feedback: clrs.Feedback) -> int:
+  pos, = [dp for dp in feedback.features.inputs if dp.name == "pos"]
+  return int(pos.data.shape[1])
+
+
+def nb_samples_of(feedback: clrs.Feedback) -> int:
+  return int(feedback.features.lengths.shape[0])
+
+
+@functools.lru_cache(maxsize=None)
+def _trajectory_lengths() -> Dict[str, Any]:
+  return json.loads(_TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]
+
+
+def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
+  """Hint time length to pad a train batch of max length `T` to.
+
+  The measured max T of (algorithm, nb_nodes) if `T` fits, else `T` rounded
+  up to a multiple of TIME_GRANULE (sizes that were not measured too). A power
+  of two would waste up to 2x of every step's compute for the rest of the run
+  (mst_kruskal at 16 nodes: 147 -> 256); the granule wastes < 8 steps.
+  """
+  measured = _trajectory_lengths()[check_algorithm(algorithm)][
+      "train_T"].get(str(int(nb_nodes)))
+  if measured is not None and T <= measured:
+    return int(measured)
+  return -(-max(1, int(T)) // TIME_GRANULE) * TIME_GRANULE
+
+
+def pad_time(feedback: clrs.Feedback, T: int) -> clrs.Feedback:
+  """Zero-pad the hint time axis to `T` steps; inputs, outputs, lengths kept."""
+  cur = _hint_time(feedback)
+  if T < cur:
+    raise ValueError(f"cannot pad hints of {cur} steps to {T}")
+  if T == cur:
+    return feedback
+  hints = tuple(
+      clrs.DataPoint(h.name, h.location, h.type_, np.concatenate(
+          [h.data, np.zeros((T - cur,) + h.data.shape[1:], h.data.dtype)]))
+      for h in feedback.features.hints)
+  return feedback._replace(features=feedback.features._replace(hints=hints))
+
+
+def _take(feedback: clrs.Feedback, idx) -> clrs.Feedback:
+  """Samples `idx` (a slice or index array) of a feedback; hints on axis 1."""
+  def dps(points, axis):
+    return tuple(clrs.DataPoint(p.name, p.location, p.type_,
+                                p.data[idx] if axis == 0 else p.data[:, idx])
+                 for p in points)
+  features = feedback.features
+  return clrs.Feedback(
+      clrs.Features(dps(features.inputs, 0), dps(features.hints, 1),
+                    features.lengths[idx]),
+      dps(feedback.outputs, 0))
+
+
+def take_samples(feedback: clrs.Feedback, n: int) -> clrs.Feedback:
+  """The first `n` samples of a split (views, no copy)."""
+  return _take(feedback, slice(0, int(n)))
+
+
+def eval_batches(feedback: clrs.Feedback, batch_size: int
+                 ) -> Iterator[Tuple[clrs.Feedback, int]]:
+  """(batch, n_valid) pairs of exactly `batch_size` samples covering a split.
+
+  The last batch is filled up by repeating samples from the start of the split
+  (cyclically, so also when the split is smaller than `batch_size`); only its
+  first `n_valid` samples are to be scored. Hints keep the split's full time
+  axis, so every batch has the same shape.
+  """
+  n = nb_samples_of(feedback)
+  batch_size = int(batch_size)
+  if batch_size <= 0:
+    raise ValueError(f"batch_size must be > 0, got {batch_size}")
+  for start in range(0, n, batch_size):
+    n_valid = min(batch_size, n - start)
+    if n_valid == batch_size:
+      yield _take(feedback, slice(start, start + batch_size)), n_valid
+    else:
+      idx = np.arange(start, start + batch_size) % n
+      yield _take(feedback, idx), n_valid
+
+
+# --------------------------------------------------------------------------
+# Train.
+
+def train_lengths(algorithm: str,
+                  lengths: Sequence[int] = TRAIN_LENGTHS) -> Tuple[int, ...]:
+  """Train sizes; string matchers: one size, (max * 5) // 4 (run.py)."""
+  if check_algorithm(algorithm) in STRING_MATCHERS:
+    return ((max(lengths) * 5) // 4,)
+  return tuple(int(n) for n in lengths)
+
+
+def train_sampler_kwargs(algorithm: str) -> Dict[str, Any]:
+  """run.py's sampler kwargs, restricted to those the sampler accepts."""
+  p = tuple([0.1 + 0.1 * i for i in range(9)])
+  if algorithm in _HALF_P_ALGOS:
+    p = tuple(np.array(p) / 2)
+  kwargs = dict(p=p, length_needle=_TRAIN_LENGTH_NEEDLE)
+  # clrs.build_sampler drops the rest too, but logs a warning per sampler.
+  accepted = inspect.signature(
+      clrs_samplers.SAMPLERS[algorithm]._sample_data).parameters  # pylint: disable=protected-access
+  return {k: v for k, v in kwargs.items() if k in accepted}
+
+
+class TrainStream:
+  """Endless train batches of one algorithm, exactly resumable.
+
+  Cycles the train lengths batch by batch (4, 7, 11, 13, 16, 4, ...); each
+  batch's hints are zero-padded to `time_bucket(algorithm, nb_nodes, T)`.
+  Building the stream samples 1,000 trajectories per length (clrs's
+  track_max_steps estimate, which also advances the samplers as in run.py).
+  """
+
+  def __init__(self, algorithm: str, seed: int, batch_size: int = 32,
+               lengths: Sequence[int] = TRAIN_LENGTHS):
+    self.algorithm = check_algorithm(algorithm)
+    self.seed = int(seed)
+    self.batch_size = int(batch_size)
+    self.lengths = train_lengths(algorithm, lengths)
+    self.spec = get_spec(algorithm)
+    self._rng = np.random.RandomState(self.seed)
+    kwargs = train_sampler_kwargs(algorithm)
+    self._samplers = []
+    for nb_nodes in self.lengths:
+      sampler, _ = clrs.build_sampler(
+          algorithm, seed=self._rng.randint(2**32), num_samples=-1,
+          length=nb_nodes, **kwargs)
+      self._samplers.append(sampler)
+    self._next = 0  # index into self.lengths of the next batch
+    self.batches_drawn = 0
+
+  @property
+  def next_nb_nodes(self) -> int:
+    return self.lengths[self._next]
+
+  def __iter__(self) -> "TrainStream":
+    return self
+
+  def __next__(self) -> clrs.Feedback:
+    nb_nodes = self.lengths[self._next]
+    feedback = self._samplers[self._next].next(self.batch_size)
+    feedback = preprocess_feedback(self.algorithm, feedback, self._rng)
+    feedback = pad_time(feedback, time_bucket(self.algorithm, nb_nodes,
+                                              _hint_time(feedback)))
+    self._next = (self._next + 1) % len(self.lengths)
+    self.batches_drawn += 1
+    return feedback
+
+  def state_dict(self) -> Dict[str, Any]:
+    """Everything that determines the next batches (picklable)."""
+    return {
+        "algorithm": self.algorithm, "seed": self.seed,
+        "batch_size": self.batch_size, "lengths": list(self.lengths),
+        "next": self._next, "batches_drawn": self.batches_drawn,
+        "rng": self._rng.get_state(),
+        # clrs pads on-the-fly batches to the longest trajectory seen so far.
+        "samplers": [{"rng": s._rng.get_state(), "max_steps": s.max_steps}  # pylint: disable=protected-access
+                     for s in self._samplers],
+    }
+
+  def load_state_dict(self, state: Dict[str, Any]) -> None:
+    mine = (self.algorithm, self.batch_size, list(self.lengths))
+    theirs = (state["algorithm"], state["batch_size"], list(state["lengths"]))
+    if mine != theirs:
+      raise ValueError(f"stream state is for (algorithm, batch_size, lengths) "
+                       f"{theirs}, this stream is {mine}")
+    self._next = int(state["next"])
+    self.batches_drawn = int(state["batches_drawn"])
+    self._rng.set_state(state["rng"])
+    for sampler, s in zip(self._samplers, state["samplers"]):
+      sampler._rng.set_state(s["rng"])  # pylint: disable=protected-access
+      sampler.max_steps = s["max_steps"]
+
+
+# --------------------------------------------------------------------------
+# Val / test.
+
+def split_settings(algorithm: str, split: str) -> Dict[str, int]:
+  """seed, num_samples and length of the official draw of a val/test split."""
+  check_algorithm(algorithm)
+  _check_split(split)
+  official = clrs.CLRS30[split]
+  length = official["length"]
+  if split == "val" and algorithm in STRING_MATCHERS:
+    length = _STRING_MATCHER_VAL_LENGTH
+  multiplier = clrs.CLRS_30_ALGS_SETTINGS[algorithm]["num_samples_multiplier"]
+  return {"seed": official["seed"], "length": length,
+          "num_samples": official["num_samples"] * multiplier}
+
+
+def generate_raw_split(algorithm: str, split: str) -> clrs.Feedback:
+  """The dataset builder's full draw, no preprocessing, no cache."""
+  settings = split_settings(algorithm, split)
+  sampler, _ = clrs.build_sampler(
+      algorithm, seed=settings["seed"], num_samples=settings["num_samples"],
+      length=settings["length"])
+  return sampler.next(None)
+
+
+@gin.configurable
+def cache_dir(path: Optional[str] = None) -> Optional[str]:
+  """gin's say in the cache directory: `cache_dir.path = '/scratch/...'`."""
+  return path
+
+
+def resolve_cache_dir(path: Optional[str] = None) -> pathlib.Path:
+  """argument > $NAR_MARKOV_CACHE > gin `cache_dir.path` > ~/.cache/nar_markov."""
+  for candidate in (path, os.environ.get(_CACHE_ENV), cache_dir()):
+    if candidate:
+      return pathlib.Path(candidate).expanduser()
+  return pathlib.Path("~/.cache/nar_markov").expanduser()
+
+
+def cache_path(algorithm: str, split: str,
+               cache_dir: Optional[str] = None) -> pathlib.Path:  # pylint: disable=redefined-outer-name
+  return (resolve_cache_dir(cache_dir) / f"clrs-{clrs.__version__}" /
+          f"{check_algorithm(algorithm)}_{_check_split(split)}.npz")
+
+
+def load_split(algorithm: str, split: str, cache_dir: Optional[str] = None,  # pylint: disable=redefined-outer-name
+               preprocess: bool = True) -> clrs.Feedback:
+  """A whole val/test split (cached); `preprocess=False`: the raw draw."""
+  feedback, _ = load_raw_split(algorithm, split, cache_dir)
+  if preprocess:
+    feedback = preprocess_feedback(algorithm, feedback)
+  return feedback
+
+
+def load_raw_split(algorithm: str, split: str,
+                   cache_dir: Optional[str] = None  # pylint: disable=redefined-outer-name
+                   ) -> Tuple[clrs.Feedback, str]:
+  """(raw draw, 'cached' | 'generated'); regenerates a bad cache file."""
+  path = cache_path(algorithm, split, cache_dir)
+  expected = _cache_meta(algorithm, split)
+  if path.exists():
+    try:
+      return _read_cache(path, expected), "cached"
+    except Exception as e:  # pylint: disable=broad-except
+      # Any unreadable file (truncated zip, bad checksum, other settings) is
+      # rebuilt; a silently wrong test split would be far worse.
+      warnings.warn(f"nar_markov cache file {path} is unusable ({e!r}); "
+                    "regenerating it", RuntimeWarning, stacklevel=2)
+  feedback = generate_raw_split(algorithm, split)
+  _write_cache(path, feedback, expected)
+  return feedback, "generated"
+
+
+# --------------------------------------------------------------------------
+# Cache codec.
+
+def _cache_meta(algorithm: str, split: str) -> Dict[str, Any]:
+  return {"format": _CACHE_FORMAT, "clrs": clrs.__version__,
+          "algorithm": algorithm, "split": split,
+          "settings": split_settings(algorithm, split)}
+
+
+def _narrowest(x: np.ndarray) -> np.ndarray:
+  """`x` in the smallest dtype from which it comes back bit for bit."""
+  if x.dtype.kind not in "fiub" or x.size == 0:
+    return x
+  same_size_uint = np.dtype(f"u{x.dtype.itemsize}")
+  for candidate in (np.uint8, np.int8, np.uint16, np.int16, np.int32,
+                    np.float32):
+    if np.dtype(candidate).itemsize >= x.dtype.itemsize:
+      continue
+    with np.errstate(invalid="ignore", over="ignore"):
+      y = x.astype(candidate)
+      back = y.astype(x.dtype)
+    if np.array_equal(back.view(same_size_uint), x.view(same_size_uint)):
+      return y
+  return x
+
+
+def _digest(arrays: Dict[str, np.ndarray], meta_json: str) -> str:
+  h = hashlib.sha256(meta_json.encode())
+  for key in sorted(arrays):
+    a = np.ascontiguousarray(arrays[key])
+    h.update(f"{key}|{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.data)
+  return h.hexdigest()
+
+
+def _valid_steps(lengths: np.ndarray, T: int) -> np.ndarray:
+  return np.arange(T)[:, None] < np.asarray(lengths)[None, :]  # [T, B]
+
+
+def _encode(feedback: clrs.Feedback, meta: Dict[str, Any]
+            ) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+  features = feedback.features
+  T = _hint_time(feedback)
+  valid = _valid_steps(features.lengths, T)
+  arrays = {"lengths": _narrowest(np.asarray(features.lengths))}
+  meta = dict(meta, T=T, lengths_dtype=str(features.lengths.dtype))
+  for stage, points in (("input", features.inputs), ("output", feedback.outputs),
+                        ("hint", features.hints)):
+    entries = []
+    for dp in points:
+      x = np.asarray(dp.data)
+      packed = False
+      if stage == "hint":
+        # Drop the zero padding after each trajectory's end (most of a
+        # 2,048-sample split); kept only if nothing but zeros is dropped.
+        steps = x[valid]
+        if np.count_nonzero(steps) == np.count_nonzero(x):
+          x, packed = steps, True
+      arrays[f"{stage}_{dp.name}"] = _narrowest(x)
+      entries.append({"name": dp.name, "location": dp.location,
+                      "type": dp.type_, "dtype": str(dp.data.dtype),
+                      "packed": packed})
+    meta[stage] = entries
+  return arrays, meta
+
+
+def _decode(arrays: Dict[str, np.ndarray], meta: Dict[str, Any]
+            ) -> clrs.Feedback:
+  lengths = arrays["lengths"].astype(meta["lengths_dtype"])
+  valid = _valid_steps(lengths, meta["T"])
+  out = {}
+  for stage in ("input", "output", "hint"):
+    points = []
+    for e in meta[stage]:
+      y = arrays[f"{stage}_{e['name']}"]
+      if e["packed"]:
+        x = np.zeros(valid.shape + y.shape[1:], e["dtype"])
+        x[valid] = y
+      else:
+        x = y.astype(e["dtype"])
+      points.append(clrs.DataPoint(e["name"], e["location"], e["type"], x))
+    out[stage] = tuple(points)
+  return clrs.Feedback(clrs.Features(out["input"], out["hint"], lengths),
+                       out["output"])
+
+
+def _write_cache(path: pathlib.Path, feedback: clrs.Feedback,
+                 meta: Dict[str, Any]) -> None:
+  arrays, meta = _encode(feedback, meta)
+  meta_json = json.dumps(meta, sort_keys=True)
+  digest = _digest(arrays, meta_json)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".",
+                             suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      np.savez(f, __meta__=np.array(meta_json), __sha256__=np.array(digest),
+               **arrays)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)  # readers see the old file or the whole new one
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def _read_cache(path: pathlib.Path, expected: Dict[str, Any]) -> clrs.Feedback:
+  with np.load(path, allow_pickle=False) as z:
+    meta_json = str(z["__meta__"])
+    stored_digest = str(z["__sha256__"])
+    arrays = {k: z[k] for k in z.files if not k.startswith("__")}
+  if _digest(arrays, meta_json) != stored_digest:
+    raise ValueError("checksum mismatch")
+  meta = json.loads(meta_json)
+  for key, value in expected.items():
+    if meta.get(key) != value:
+      raise ValueError(f"cache {key}={meta.get(key)!r}, expected {value!r}")
+  return _decode(arrays, meta)
+
+
+# --------------------------------------------------------------------------
+# CLI.
+
+def _describe(feedback: clrs.Feedback) -> str:
+  lengths = feedback.features.lengths
+  return (f"{nb_samples_of(feedback)} samples of {nb_nodes_of(feedback)} nodes, "
+          f"trajectory lengths min {int(lengths.min())} max {int(lengths.max())}"
+          f" (hint time axis {_hint_time(feedback)})")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(
+      prog="python -m nar_markov.data",
+      description="Inspect CLRS-30 splits / fill the val+test cache.")
+  parser.add_argument("--algorithm", help="one of the 30 CLRS-30 algorithms")
+  parser.add_argument("--split", choices=SPLITS, default="test")
+  parser.add_argument("--all", action="store_true",
+                      help="fill the cache (val+test) for all 30 algorithms")
+  parser.add_argument("--cache-dir", default=None,
+                      help="default: $NAR_MARKOV_CACHE, gin, ~/.cache/nar_markov")
+  parser.add_argument("--seed", type=int, default=0, help="train split only")
+  args = parser.parse_args(argv)
+
+  if args.all:
+    print(f"cache: {resolve_cache_dir(args.cache_dir)}", flush=True)
+    for i, algorithm in enumerate(ALGORITHMS):
+      parts = []
+      t0 = time.time()
+      for split in ("val", "test"):
+        t = time.time()
+        feedback, how = load_raw_split(algorithm, split, args.cache_dir)
+        size_mb = cache_path(algorithm, split, args.cache_dir).stat().st_size / 1e6
+        parts.append(f"{split} {nb_samples_of(feedback)}x{nb_nodes_of(feedback)}"
+                     f" {how} {time.time() - t:.1f}s {size_mb:.1f}MB")
+        del feedback
+      print(f"[{i + 1:2d}/{len(ALGORITHMS)}] {algorithm}: " + ", ".join(parts)
+            + f" ({time.time() - t0:.1f}s)", flush=True)
+    return 0
+
+  if args.algorithm is None:
+    parser.error("--algorithm or --all is required")
+  try:
+    check_algorithm(args.algorithm)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+  if args.split == "train":
+    stream = TrainStream(args.algorithm, seed=args.seed)
+    print(f"{args.algorithm} train: on-the-fly sampler (seed {args.seed}), "
+          f"one batch of {stream.batch_size} per train length:")
+    for nb_nodes in stream.lengths:
+      feedback = next(stream)
+      print(f"  {nb_nodes:3d} nodes: {_describe(feedback)}")
+    return 0
+
+  t = time.time()
+  feedback, how = load_raw_split(args.algorithm, args.split, args.cache_dir)
+  seconds = time.time() - t
+  path = cache_path(args.algorithm, args.split, args.cache_dir)
+  print(f"{args.algorithm} {args.split}: {_describe(feedback)}")
+  print(f"  {how} in {seconds:.2f}s; cache {path} "
+        f"({path.stat().st_size / 1e6:.1f} MB)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
