@@ -58,5 +58,5 @@ def parse_gin(gin_files: Sequence[str], gin_params: Sequence[str] = (),
   try:
     gin.parse_config_files_and_bindings(
         files, list(gin_params), skip_unknown=False, finalize_config=finalize)
-  except (ValueError, SyntaxError, IOError, KeyError, TypeError) as e:
+  except Exception as e:  # gin raises many types (incl. tokenize.TokenError)
     raise ValueError(f"bad gin configuration: {e}") from e

@@ -68,6 +68,7 @@ def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
   path.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   try:
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from a shared group
     with os.fdopen(fd, "wb") as f:
       f.write(payload)
       f.flush()

@@ -1,0 +1,89 @@
+"""Every shipped gin file parses, and runs two steps at smoke size."""
+
+import pathlib
+
+import gin
+import pytest
+
+from nar_markov import config
+from nar_markov import data
+from nar_markov import train
+
+GIN_DIR = config.GIN_DIR
+SMOKE = ["run_experiment.train_steps = 2", "run_experiment.eval_every_steps = 2",
+         "run_experiment.val_max_samples = 4", "run_experiment.test_max_samples = 4"]
+# Overlays and data-only files are run on top of a model file.
+OVERLAYS = {"smoke.gin", "local.gin"}
+DATA_ONLY = {"lambdas.gin"}
+
+
+def _shipped():
+  return sorted(p.name for p in GIN_DIR.glob("*.gin"))
+
+
+def test_expected_files_are_shipped():
+  names = set(_shipped())
+  for required in ["base.gin", "baseline.gin", "forget.gin", "gforget.gin",
+                   "gforget_nopenalty.gin", "calibrate_lambda.gin", "lambdas.gin",
+                   "smoke.gin", "local.gin"]:
+    assert required in names
+
+
+@pytest.mark.parametrize("name", _shipped())
+def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_cache_dir):
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+  if name in DATA_ONLY:
+    config.parse_gin([str(GIN_DIR / name)])
+    assert isinstance(gin.query_parameter("%LAMBDAS"), dict)
+    return
+  if name == "multitask.gin":
+    from nar_markov import multitask  # pylint: disable=g-import-not-at-top
+    paths = multitask.run_multitask_from_gin(
+        [str(GIN_DIR / name), str(GIN_DIR / "smoke.gin")],
+        [b.replace("run_experiment.", "run_multitask_experiment.") for b in SMOKE]
+        + ["ALGORITHMS = ['bfs', 'insertion_sort']"],
+        seed=0, results_dir=str(tmp_path))
+    assert len(paths) == 2 and all(pathlib.Path(p).exists() for p in paths)
+    return
+  files = [str(GIN_DIR / name)]
+  if name in OVERLAYS:
+    files = [str(GIN_DIR / "baseline.gin")] + files
+  files.append(str(GIN_DIR / "smoke.gin"))
+  params = list(SMOKE)
+  if name == "base.gin":  # the protocol without a model
+    params.append("run_experiment.model = 'baseline'")
+  config.parse_gin(files, params)
+  algorithm = "bfs"
+  if gin.query_parameter("run_experiment.model") == "gforget":
+    lambdas = gin.query_parameter("%LAMBDAS")
+    if lambdas:
+      algorithm = sorted(lambdas)[0]
+    else:
+      params.append("run_experiment.lambda_gate = 0.01")
+  path = train.run_from_gin(files, params, algorithm=algorithm, seed=0,
+                            results_dir=str(tmp_path))
+  result = pathlib.Path(path)
+  assert result.exists() and (result.parent / "config.gin").exists()
+  import json  # pylint: disable=g-import-not-at-top
+  r = json.loads(result.read_text())
+  assert r["status"] == "done" and r["steps"] == 2
+  assert data.check_algorithm(r["algorithm"]) == algorithm
+  assert "run_experiment.model" in (result.parent / "config.gin").read_text()
+
+
+def test_includes_resolve_from_any_working_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  config.parse_gin(["gin/gforget.gin"])
+  assert gin.query_parameter("run_experiment.model") == "gforget"
+  assert len(gin.query_parameter("%ALGORITHMS")) == 30
+
+
+@pytest.mark.parametrize("files, params, match", [
+    (["gin/nope.gin"], [], "gin file not found"),
+    (["gin/baseline.gin"], ["run_experiment.hiden_size = 3"], "bad gin configuration"),
+    (["gin/baseline.gin"], ["no_such_fn.x = 1"], "bad gin configuration"),
+    (["gin/baseline.gin"], ["run_experiment.train_steps = ("], "bad gin configuration"),
+])
+def test_bad_gin_is_a_value_error(files, params, match):
+  with pytest.raises(ValueError, match=match):
+    config.parse_gin(files, params)
