@@ -144,7 +144,8 @@ class Net(hk.Module):
 
   # -- modules -------------------------------------------------------------
 
-  def _modules(self, algorithm_index: int):
+  def _construct_encoders_decoders(self, algorithm_index: int):
+    """Per-algorithm encoders and decoders, under dm-clrs's parameter names."""
     cfg = self._config
     spec = self._specs[algorithm_index]
     encs, decs = {}, {}
@@ -236,7 +237,7 @@ class Net(hk.Module):
     """
     cfg = self._config
     spec = self._specs[algorithm_index]
-    encs, decs = self._modules(algorithm_index)
+    encs, decs = self._construct_encoders_decoders(algorithm_index)
     processor = processors.get_processor_factory(
         cfg.processor, use_ln=cfg.use_ln,
         nb_triplet_fts=cfg.nb_triplet_fts)(cfg.hidden_size)

@@ -142,3 +142,37 @@ def test_bad_config_is_one_clear_error():
     model_lib.NetConfig(history="partial")
   with pytest.raises(ValueError, match="hidden_size must be > 0"):
     model_lib.NetConfig(hidden_size=0)
+
+
+@pytest.mark.parametrize("algorithm", ["bfs", "insertion_sort"])
+def test_baseline_is_dm_clrs_net(algorithm):
+  """history='full' is dm-clrs's own Net: same parameter tree, and with the
+  same parameters the same test predictions (and, without Gumbel-noised
+  permutation decoders, the same training loss)."""
+  import tempfile
+  from nar_markov import data
+  stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=(NB_NODES,))
+  feedback = next(stream)
+  clrs_model = clrs.models.BaselineModel(
+      spec=[stream.spec], dummy_trajectory=[feedback],
+      processor_factory=clrs.get_processor_factory("triplet_gmpnn", use_ln=True,
+                                                   nb_triplet_fts=4),
+      hidden_dim=HIDDEN, encode_hints=True, decode_hints=True,
+      encoder_init="xavier_on_scalars", use_lstm=False, learning_rate=1e-3,
+      grad_clip_max_norm=1.0, checkpoint_path=tempfile.mkdtemp(),
+      freeze_processor=False, dropout_prob=0.0, hint_teacher_forcing=0.0,
+      hint_repred_mode="soft", nb_msg_passing_steps=1)
+  clrs_model.init([feedback.features], 1)
+  params = clrs_model.params
+  ours, our_params = _model(stream.spec, feedback, "full")
+  assert jax.tree_util.tree_structure(our_params) == jax.tree_util.tree_structure(params)
+  out = ours.apply(params, feedback.features, 0, True)
+  our_preds = model_lib.postprocess_outputs(stream.spec, out.output_preds)
+  their_preds, _ = clrs_model.predict(jax.random.PRNGKey(0), feedback.features)
+  for name in their_preds:
+    np.testing.assert_allclose(np.asarray(our_preds[name].data),
+                               np.asarray(their_preds[name].data), atol=1e-5)
+  if algorithm == "bfs":
+    ours_loss = ours.loss(params, feedback, 0.0, 0, jax.random.PRNGKey(0)).total
+    their_loss = clrs_model._loss(params, jax.random.PRNGKey(0), feedback, 0)  # pylint: disable=protected-access
+    np.testing.assert_allclose(float(ours_loss), float(their_loss), rtol=1e-6)
