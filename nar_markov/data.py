@@ -111,6 +111,7 @@ _HALF_P_ALGOS = ("articulation_points", "bridges", "mst_kruskal",
                  "bipartite_matching")
 # run.py's --length_needle default: needle length uniform in 1..8 (train only).
 _TRAIN_LENGTH_NEEDLE = -8
+MIN_STRING_MATCHER_NODES = 2 * abs(_TRAIN_LENGTH_NEEDLE) + 1
 # The string matchers are validated at their training size (module docstring).
 _STRING_MATCHER_VAL_LENGTH = 20
 
@@ -259,7 +260,15 @@ def train_lengths(algorithm: str,
                   lengths: Sequence[int] = TRAIN_LENGTHS) -> Tuple[int, ...]:
   """Train sizes; string matchers: one size, (max * 5) // 4 (run.py)."""
   if check_algorithm(algorithm) in STRING_MATCHERS:
-    return ((max(lengths) * 5) // 4,)
+    nb_nodes = (max(lengths) * 5) // 4
+    if nb_nodes < MIN_STRING_MATCHER_NODES:
+      # The needle (up to 8 characters, run.py) sits in a haystack of n - m
+      # characters at rng.choice(n - 2m): n <= 16 crashes inside dm-clrs.
+      raise ValueError(
+          f"{algorithm} would train at (max(train_lengths) * 5) // 4 = "
+          f"{nb_nodes} nodes, but needs >= {MIN_STRING_MATCHER_NODES} "
+          f"(needles of up to {abs(_TRAIN_LENGTH_NEEDLE)} characters)")
+    return (nb_nodes,)
   return tuple(int(n) for n in lengths)
 
 

@@ -104,7 +104,6 @@ MODELS = {name + SUFFIX: train.MODELS[name]
 CHECKPOINT_FORMAT = 1
 _JOB_DIR = "_multitask"
 # Smallest string-matcher size the train needle (1..8 characters) fits in.
-_MIN_STRING_MATCHER_NODES = 2 * abs(data._TRAIN_LENGTH_NEEDLE) + 1  # pylint: disable=protected-access
 
 
 def job_dir(results_dir, model: str, seed: int) -> pathlib.Path:
@@ -166,14 +165,11 @@ def resolve_train_lengths(train_lengths: Union[Sequence[int],
   if not lengths or min(lengths) <= 0:
     raise ValueError(f"train_lengths of {algorithm!r} must be positive node "
                      f"counts, got {list(lengths)}")
-  nb_nodes = min(data.train_lengths(algorithm, lengths))
-  if algorithm in data.STRING_MATCHERS and nb_nodes < _MIN_STRING_MATCHER_NODES:
-    # The needle (up to 8 characters, run.py) is embedded in a haystack of
-    # n - m characters at rng.choice(n - 2m): n <= 16 crashes inside dm-clrs.
-    raise ValueError(
-        f"{algorithm} would train at (max(train_lengths) * 5) // 4 = {nb_nodes} "
-        f"nodes, but needs >= {_MIN_STRING_MATCHER_NODES}; give it its own "
-        "lengths, e.g. train_lengths = {'" + algorithm + "': [16], ...}")
+  try:
+    data.train_lengths(algorithm, lengths)  # raises for too-short string matchers
+  except ValueError as e:
+    raise ValueError(f"{e}; give it its own lengths, e.g. train_lengths = "
+                     "{'" + algorithm + "': [16], ...}") from None
   return lengths
 
 

@@ -450,3 +450,9 @@ def test_eval_batches_fixed_size_cover_the_split_once(cache):
   small = list(data.eval_batches(data.take_samples(feedback, 3), 8))
   assert len(small) == 1 and small[0][1] == 3
   assert data.nb_samples_of(small[0][0]) == 8
+
+
+def test_string_matcher_too_small_is_a_clear_error():
+  with pytest.raises(ValueError, match="needs >= 17"):
+    data.TrainStream("naive_string_matcher", seed=0, batch_size=4, lengths=(4, 7))
+  assert data.train_lengths("kmp_matcher", (4, 16)) == (20,)
