@@ -1,0 +1,308 @@
+"""What became of a sweep's runs: done / diverged / running / failed / missing.
+
+Sources, in order of authority:
+  1. ``<run_dir>/result.json`` -- the run is over (status done or diverged).
+  2. The sweep manifests ``<results>/_sweeps/<timestamp>.json`` written by
+     launch/sweep.py: which job (id, log files) last ran each run.
+  3. For that job: ``squeue`` (Slurm: pending or running), the process table
+     (local jobs), and submitit's ``<id>_<task>_result.pkl`` (the job ended,
+     with the traceback when it raised).
+A run with a job that is neither queued nor has a result is "failed" (killed
+by a time/memory limit, scancel, a node failure...); its log says why.
+``sacct`` is not used: it needs a Slurm accounting database, which many
+small clusters (and the CI one, launch/local_slurm.sh) do not run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import pathlib
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+MANIFEST_DIR = "_sweeps"
+LOG_DIR = "_logs"
+MANIFEST_SCHEMA = "nar_markov.sweep/1"
+STATES = ("done", "diverged", "running", "failed", "missing")
+_RUN_RE = re.compile(r"^seed(\d+)$")
+
+
+@dataclasses.dataclass
+class RunStatus:
+  model: str
+  algorithm: str
+  seed: int
+  state: str                      # one of STATES
+  detail: str = ""                # job state, error line, ...
+  job_id: Optional[str] = None
+  log: Optional[str] = None       # stderr log of the last job
+
+  @property
+  def name(self) -> str:
+    return f"{self.model}/{self.algorithm}/seed{self.seed}"
+
+
+# -- manifests -----------------------------------------------------------------
+
+
+def manifest_dir(results_dir) -> pathlib.Path:
+  return pathlib.Path(results_dir) / MANIFEST_DIR
+
+
+def read_manifests(results_dir) -> List[dict]:
+  """All sweep manifests, oldest first (file names are sortable timestamps)."""
+  out = []
+  for path in sorted(manifest_dir(results_dir).glob("*.json")):
+    try:
+      m = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+      print(f"warning: unreadable sweep manifest {path}: {e}", file=sys.stderr)
+      continue
+    if m.get("schema") == MANIFEST_SCHEMA:
+      m["_path"] = str(path)
+      out.append(m)
+  return out
+
+
+def latest_jobs(manifests: Sequence[dict]) -> Dict[Tuple[str, str, int], dict]:
+  """(model, algorithm, seed) -> the last job entry that ran it (+ its cluster)."""
+  jobs = {}
+  for m in manifests:
+    for j in m.get("jobs", []):
+      jobs[(j["model"], j["algorithm"], int(j["seed"]))] = dict(
+          j, cluster=m.get("cluster"), manifest=m["_path"])
+  return jobs
+
+
+# -- asking the scheduler ------------------------------------------------------
+
+
+class SchedulerUnavailable(RuntimeError):
+  pass
+
+
+def squeue_states(job_ids: Iterable[str]) -> Dict[str, str]:
+  """Array-task or job id -> Slurm state, for jobs still known to squeue.
+
+  Raises SchedulerUnavailable when squeue is missing or fails (controller
+  down): then nothing can be said about unfinished runs.
+  """
+  base_ids = sorted({str(j).split("_")[0] for j in job_ids if j})
+  if not base_ids:
+    return {}
+  if shutil.which("squeue") is None:
+    raise SchedulerUnavailable("squeue is not on PATH")
+  # -r: one line per array task, also for pending tasks ("12_[3-9]" otherwise).
+  cmd = ["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(base_ids)]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                        check=False)
+  if proc.returncode != 0:
+    # squeue exits 1 with "Invalid job id specified" when every id has aged out.
+    if "Invalid job id" in proc.stderr:
+      return {}
+    raise SchedulerUnavailable(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
+  states = {}
+  for line in proc.stdout.splitlines():
+    if "|" in line:
+      jid, state = line.strip().split("|", 1)
+      states[jid] = state
+  return states
+
+
+def local_job_alive(job_id: str) -> bool:
+  """A local submitit job's id is its controller's pid."""
+  try:
+    cmdline = pathlib.Path(f"/proc/{int(job_id)}/cmdline").read_bytes()
+  except (OSError, ValueError):
+    return False
+  return b"submitit" in cmdline
+
+
+def _submitit_outcome(job: dict) -> Optional[Tuple[str, str]]:
+  """('success'|'error', text) from submitit's result pickle, if written."""
+  path = job.get("result_pickle")
+  if not path or not os.path.exists(path):
+    return None
+  try:
+    with open(path, "rb") as f:
+      outcome, value = pickle.load(f)
+  except Exception as e:  # pylint: disable=broad-except
+    return "error", f"unreadable {path}: {e!r}"
+  return outcome, value if isinstance(value, str) else repr(value)
+
+
+def _last_error_line(traceback_text: str) -> str:
+  lines = [l.strip() for l in traceback_text.strip().splitlines() if l.strip()]
+  return lines[-1] if lines else "error"
+
+
+# -- classifying runs ----------------------------------------------------------
+
+
+def runs_on_disk(results_dir) -> List[Tuple[str, str, int]]:
+  """(model, algorithm, seed) of every run folder under results_dir."""
+  root = pathlib.Path(results_dir)
+  found = []
+  for seed_dir in root.glob("*/*/seed*"):
+    model, algorithm = seed_dir.parent.parent.name, seed_dir.parent.name
+    m = _RUN_RE.match(seed_dir.name)
+    if m and seed_dir.is_dir() and not model.startswith(("_", ".")):
+      found.append((model, algorithm, int(m.group(1))))
+  return found
+
+
+def _read_result(path: pathlib.Path) -> Optional[dict]:
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def classify(results_dir, expected: Optional[Sequence[Tuple[str, str, int]]] = None
+             ) -> Tuple[List[RunStatus], List[str]]:
+  """Status of every expected run (default: every run on disk or in a manifest).
+
+  Returns (statuses sorted by model/algorithm/seed, warnings).
+  """
+  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  results_dir = pathlib.Path(results_dir)
+  jobs = latest_jobs(read_manifests(results_dir))
+  if expected is None:
+    expected = sorted(set(runs_on_disk(results_dir)) | set(jobs))
+  warnings = []
+
+  pending_slurm = []
+  statuses = {}
+  for key in expected:
+    model, algorithm, seed = key
+    result_path = train.run_dir(results_dir, model, algorithm, seed) / train.RESULT_NAME
+    job = jobs.get(key)
+    log = job.get("stderr") if job else None
+    job_id = job.get("job_id") if job else None
+    if result_path.exists():
+      result = _read_result(result_path)
+      if result is None:
+        statuses[key] = RunStatus(*key, "failed", f"unreadable {result_path}",
+                                  job_id, log)
+      else:
+        state = "diverged" if result.get("status") == "diverged" else "done"
+        detail = (f"diverged at step {result.get('diverged_step')}"
+                  if state == "diverged" else f"test_score {result.get('test_score')}")
+        statuses[key] = RunStatus(*key, state, detail, job_id, log)
+    elif job is None:
+      statuses[key] = RunStatus(*key, "missing", "never submitted")
+    elif job.get("cluster") == "slurm":
+      pending_slurm.append(key)
+    elif job.get("cluster") == "local" and job_id and local_job_alive(job_id):
+      statuses[key] = RunStatus(*key, "running", "local process", job_id, log)
+    else:
+      statuses[key] = _ended_without_result(key, job)
+
+  if pending_slurm:
+    try:
+      queue = squeue_states(jobs[k]["job_id"] for k in pending_slurm)
+    except SchedulerUnavailable as e:
+      queue = None
+      warnings.append(f"cannot ask Slurm about {len(pending_slurm)} unfinished "
+                      f"run(s): {e}; they are listed as failed only if their "
+                      "job wrote an error")
+    for key in pending_slurm:
+      job = jobs[key]
+      state = None if queue is None else queue.get(str(job["job_id"]))
+      if state is not None:
+        statuses[key] = RunStatus(*key, "running", state.lower(), job["job_id"],
+                                  job.get("stderr"))
+      elif queue is None and _submitit_outcome(job) is None:
+        statuses[key] = RunStatus(*key, "running", "unknown (Slurm unavailable)",
+                                  job["job_id"], job.get("stderr"))
+      else:
+        statuses[key] = _ended_without_result(key, job)
+  ordered = [statuses[k] for k in sorted(statuses)]
+  return ordered, warnings
+
+
+# slurmstepd's own word on a killed job, e.g.
+#   slurmstepd-vm: error: *** JOB 13 ON vm CANCELLED AT 2026-11-21T12:19:01 DUE TO TIME LIMIT ***
+#   slurmstepd-vm: error: Detected 1 oom_kill event in StepId=13.0...
+_SLURM_VERDICT_RE = re.compile(r"slurmstepd\S*: error: (\*\*\* .* \*\*\*|.*oom.kill.*)",
+                               re.IGNORECASE)
+
+
+def _slurm_verdict(log_path: Optional[str]) -> Optional[str]:
+  if not log_path:
+    return None
+  try:
+    text = pathlib.Path(log_path).read_text(errors="replace")
+  except OSError:
+    return None
+  found = _SLURM_VERDICT_RE.findall(text)
+  return found[-1].strip() if found else None
+
+
+def _ended_without_result(key, job: dict) -> RunStatus:
+  outcome = _submitit_outcome(job)
+  if outcome is None:
+    verdict = _slurm_verdict(job.get("stderr"))
+    detail = job.get("outcome") or (
+        f"job ended without a result: {verdict}" if verdict else
+        "job ended without a result (killed: time or memory limit, scancel, node failure?)")
+  elif outcome[0] == "error":
+    detail = _last_error_line(outcome[1])
+  else:
+    detail = f"job finished but wrote no result.json (returned {outcome[1][:80]})"
+  return RunStatus(*key, "failed", detail, job.get("job_id"), job.get("stderr"))
+
+
+# -- report --------------------------------------------------------------------
+
+
+def summarize(statuses: Sequence[RunStatus]) -> Dict[Tuple[str, str], Dict[str, int]]:
+  table = collections.OrderedDict()
+  for s in statuses:
+    row = table.setdefault((s.model, s.algorithm), dict.fromkeys(STATES, 0))
+    row[s.state] += 1
+  return table
+
+
+def format_report(results_dir, statuses: Sequence[RunStatus],
+                  warnings: Sequence[str] = ()) -> str:
+  table = summarize(statuses)
+  lines = [f"results: {pathlib.Path(results_dir).resolve()}"]
+  if not statuses:
+    lines.append("no runs found (no result folders, no sweep manifests)")
+    return "\n".join(lines + [f"warning: {w}" for w in warnings])
+  w_model = max([len("model")] + [len(m) for m, _ in table])
+  w_alg = max([len("algorithm")] + [len(a) for _, a in table])
+  header = f"{'model':<{w_model}}  {'algorithm':<{w_alg}}" + "".join(
+      f" {s:>8}" for s in STATES)
+  lines += [header, "-" * len(header)]
+  totals = dict.fromkeys(STATES, 0)
+  for (model, algorithm), row in table.items():
+    lines.append(f"{model:<{w_model}}  {algorithm:<{w_alg}}" + "".join(
+        f" {row[s]:>8}" for s in STATES))
+    for s in STATES:
+      totals[s] += row[s]
+  lines.append("-" * len(header))
+  lines.append(f"{'total':<{w_model}}  {'':<{w_alg}}" + "".join(
+      f" {totals[s]:>8}" for s in STATES))
+  failed = [s for s in statuses if s.state == "failed"]
+  if failed:
+    lines.append("")
+    lines.append("failed runs (last job, its log, the error):")
+    for s in failed:
+      lines.append(f"  {s.name}  job {s.job_id}  log {s.log}")
+      lines.append(f"      {s.detail}")
+  running = [s for s in statuses if s.state == "running"]
+  if running:
+    lines.append("")
+    lines.append("running/pending: " + ", ".join(
+        f"{s.name} ({s.job_id} {s.detail})" for s in running))
+  lines += [f"warning: {w}" for w in warnings]
+  return "\n".join(lines)

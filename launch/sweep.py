@@ -1,0 +1,318 @@
+#!/usr/bin/env python
+"""Launch a sweep (model x ALGORITHMS x SEEDS from gin) as one Slurm job array.
+
+  python launch/sweep.py --gin gin/baseline.gin
+  python launch/sweep.py --gin gin/forget.gin --gin_param "ALGORITHMS=['bfs','dfs']" \
+      --gin_param "SEEDS=[0,1]" --results results
+  python launch/sweep.py --gin gin/baseline.gin --gin gin/smoke.gin --cluster local
+  python launch/sweep.py --gin gin/gforget.gin --dry-run
+  python launch/sweep.py --status --results results [--gin gin/baseline.gin]
+
+Runs whose result.json exists are skipped, as are runs whose last job is still
+queued or running; the rest go out as ONE submitit job array (resources:
+`slurm_resources.*` in gin, nar_markov/cluster.py).  Every submission writes
+``<results>/_sweeps/<timestamp>.json`` (job ids, runs, log paths) for --status.
+Bad input (unknown algorithm, missing gin file, unknown binding, ...) exits
+with code 2 before anything is submitted.
+
+--cluster auto: slurm if `sbatch` is on PATH, else local.  local: the runs one
+after another on this machine, each in its own process (submitit
+LocalExecutor).  debug: in this process (submitit DebugExecutor; pdb on error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import List, Optional, Sequence
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as a script: `python launch/sweep.py`
+  sys.path.insert(0, str(REPO_ROOT))
+
+from launch import status as status_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+class UsageError(Exception):
+  """Bad input: reported as one line, exit code 2, nothing submitted."""
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(
+      description=__doc__.split("\n\n")[0],
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--gin", action="append", default=[], metavar="FILE",
+                 help="gin file (repeatable; relative to the cwd or the repo root)")
+  p.add_argument("--gin_param", action="append", default=[], metavar="BINDING",
+                 help="gin binding, e.g. \"SEEDS=[0,1]\" (repeatable; after the files)")
+  p.add_argument("--cluster", choices=("auto", "slurm", "local", "debug"),
+                 default="auto")
+  p.add_argument("--results", default="results", metavar="DIR",
+                 help="results root (default: ./results)")
+  p.add_argument("--dry-run", action="store_true",
+                 help="list the runs to submit and those skipped; submit nothing")
+  p.add_argument("--status", action="store_true",
+                 help="report done/diverged/running/failed/missing per model x algorithm")
+  return p.parse_args(argv)
+
+
+def pick_cluster(name: str) -> str:
+  if name == "auto":
+    return "slurm" if shutil.which("sbatch") else "local"
+  if name == "slurm" and shutil.which("sbatch") is None:
+    raise UsageError("--cluster slurm: `sbatch` is not on PATH "
+                     "(use --cluster local, or start Slurm: launch/local_slurm.sh start)")
+  return name
+
+
+def expand(gin_files, gin_params, results_dir):
+  """cluster.expand_runs with bad input turned into UsageError."""
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  if not gin_files:
+    raise UsageError("no gin file given (--gin FILE, e.g. --gin gin/baseline.gin)")
+  try:
+    return cluster.expand_runs(gin_files, gin_params, results_dir)
+  except (ValueError, FileNotFoundError) as e:
+    raise UsageError(str(e)) from e
+
+
+def in_flight(results_dir, runs) -> dict:
+  """Runs (by key) whose last job is still queued/running -> that job's state."""
+  jobs = status_lib.latest_jobs(status_lib.read_manifests(results_dir))
+  keys = {(r.model, r.algorithm, r.seed) for r in runs}
+  slurm = {k: j for k, j in jobs.items() if k in keys and j.get("cluster") == "slurm"}
+  out = {}
+  if slurm:
+    try:
+      queue = status_lib.squeue_states(j["job_id"] for j in slurm.values())
+    except status_lib.SchedulerUnavailable:
+      queue = {}
+    for k, j in slurm.items():
+      if str(j["job_id"]) in queue:
+        out[k] = f"job {j['job_id']} {queue[str(j['job_id'])].lower()}"
+  for k, j in jobs.items():
+    if k in keys and j.get("cluster") == "local" and status_lib.local_job_alive(
+        str(j.get("job_id"))):
+      out[k] = f"local job {j['job_id']} running"
+  return out
+
+
+def _log_folder(results_dir) -> pathlib.Path:
+  return pathlib.Path(results_dir) / status_lib.LOG_DIR / "%j"
+
+
+def make_executor(cluster_name: str, results_dir, resources: dict):
+  import submitit  # pylint: disable=g-import-not-at-top
+  folder = _log_folder(results_dir)
+  # Jobs start in other directories and may not see an editable install.
+  pythonpath = f"export PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"
+  if cluster_name == "slurm":
+    params = dict(resources)
+    executor = submitit.AutoExecutor(
+        folder=folder, cluster="slurm",
+        slurm_max_num_timeout=params.pop("slurm_max_num_timeout"))
+    params["slurm_setup"] = [pythonpath] + list(params.get("slurm_setup", []))
+    executor.update_parameters(**params)
+  elif cluster_name == "local":
+    executor = submitit.AutoExecutor(folder=folder, cluster="local")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    executor.update_parameters(timeout_min=resources["timeout_min"],
+                               local_setup=list(resources.get("slurm_setup", [])))
+  elif cluster_name == "debug":
+    executor = submitit.AutoExecutor(folder=folder, cluster="debug")
+  else:
+    raise UsageError(f"unknown cluster {cluster_name!r}")
+  return executor
+
+
+def job_record(run, job) -> dict:
+  paths = job.paths
+  return {"model": run.model, "algorithm": run.algorithm, "seed": run.seed,
+          "run_dir": str(run.run_dir), "job_id": str(job.job_id),
+          "stdout": str(paths.stdout), "stderr": str(paths.stderr),
+          "result_pickle": str(paths.result_pickle)}
+
+
+class Manifest:
+  """<results>/_sweeps/<timestamp>.json: what was submitted where (for --status)."""
+
+  def __init__(self, results_dir, cluster_name, gin_files, gin_params, argv):
+    from nar_markov import train  # pylint: disable=g-import-not-at-top
+    self._write_atomic = train.atomic_write_bytes
+    now = datetime.datetime.now()
+    d = status_lib.manifest_dir(results_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    stem = now.strftime("%Y%m%d-%H%M%S-%f")
+    self.path = d / f"{stem}.json"
+    self.data = {"schema": status_lib.MANIFEST_SCHEMA,
+                 "created": now.isoformat(timespec="seconds"),
+                 "cluster": cluster_name, "argv": list(argv),
+                 "gin_files": list(gin_files), "gin_params": list(gin_params),
+                 "results_dir": str(results_dir),
+                 "log_folder": str(_log_folder(results_dir)), "jobs": []}
+
+  def add(self, record: dict) -> None:
+    self.data["jobs"].append(record)
+
+  def save(self) -> None:
+    self._write_atomic(self.path, json.dumps(self.data, indent=1).encode())
+
+
+def submit_slurm(executor, runs, manifest) -> List:
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  jobs = []
+  # One array per MAX_ARRAY_SIZE runs (one array for any single-model sweep).
+  for start in range(0, len(runs), cluster.MAX_ARRAY_SIZE):
+    chunk = runs[start:start + cluster.MAX_ARRAY_SIZE]
+    args = list(zip(*[r.job_args() for r in chunk]))
+    chunk_jobs = executor.map_array(cluster.TrainJob(), *args)
+    for run, job in zip(chunk, chunk_jobs):
+      manifest.add(job_record(run, job))
+    jobs += chunk_jobs
+  manifest.save()
+  return jobs
+
+
+def run_sequentially(executor, runs, manifest, cluster_name) -> int:
+  """local/debug: one run at a time, with progress; returns the failure count."""
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  t_sweep = time.time()
+  failures = 0
+  n = len(runs)
+  for i, run in enumerate(runs, 1):
+    t0 = time.time()
+    job = executor.submit(cluster.TrainJob(), *run.job_args())
+    record = job_record(run, job)
+    manifest.add(record)
+    manifest.save()
+    where = f" (pid {job.job_id}, log {record['stderr']})" if cluster_name == "local" else ""
+    print(f"[{i}/{n}] {run.name}: started{where}", flush=True)
+    try:
+      result_path = job.result()
+      outcome = "done"
+      if not pathlib.Path(result_path).exists():
+        outcome, failures = "failed: no result.json written", failures + 1
+      else:
+        res = json.loads(pathlib.Path(result_path).read_text())
+        outcome = (f"{res.get('status')} (steps {res.get('steps')}, "
+                   f"test_score {res.get('test_score')})")
+    except KeyboardInterrupt:
+      job.cancel()
+      record["outcome"] = "interrupted by the user"
+      manifest.save()
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      failures += 1
+      lines = [l for l in str(e).strip().splitlines() if l.strip()]
+      outcome = f"failed: {lines[-1] if lines else type(e).__name__}"
+      record["outcome"] = outcome
+      manifest.save()
+    print(f"[{i}/{n}] {run.name}: {outcome} in {time.time() - t0:.1f}s "
+          f"(sweep elapsed {time.time() - t_sweep:.1f}s)", flush=True)
+  return failures
+
+
+def describe_resources(resources: dict) -> str:
+  keys = [("slurm_partition", "partition"), ("cpus_per_task", "cpus_per_task"),
+          ("mem_gb", "mem_gb"), ("slurm_gpus_per_task", "gpus_per_task"),
+          ("timeout_min", "timeout_min"),
+          ("slurm_array_parallelism", "array_parallelism")]
+  parts = [f"{label}={resources.get(k, 'default' if k == 'slurm_partition' else 0)}"
+           for k, label in keys]
+  return " ".join(parts)
+
+
+def cmd_status(args) -> int:
+  results_dir = pathlib.Path(args.results).expanduser().resolve()
+  expected = None
+  if args.gin:
+    runs = expand(args.gin, args.gin_param, results_dir)
+    expected = [(r.model, r.algorithm, r.seed) for r in runs]
+  elif not results_dir.is_dir():
+    raise UsageError(f"no results folder {results_dir}")
+  statuses, warnings = status_lib.classify(results_dir, expected)
+  print(status_lib.format_report(results_dir, statuses, warnings))
+  return 0
+
+
+def cmd_sweep(args, argv) -> int:
+  results_dir = pathlib.Path(args.results).expanduser().resolve()
+  cluster_name = pick_cluster(args.cluster)
+  runs = expand(args.gin, args.gin_param, results_dir)
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  resources = cluster.slurm_resources()  # bound by the gin just parsed
+
+  done = [r for r in runs if r.result_path.exists()]
+  flying = in_flight(results_dir, [r for r in runs if r not in done])
+  todo = [r for r in runs if r not in done and (r.model, r.algorithm, r.seed) not in flying]
+  model = runs[0].model
+  summary = f"{len(todo)} runs to submit, {len(done)} already done"
+  if flying:
+    summary += f", {len(flying)} already queued or running"
+  print(f"sweep {model}: {len(runs)} runs ({len({r.algorithm for r in runs})} algorithms x "
+        f"{len({r.seed for r in runs})} seeds) on {cluster_name}; {summary}")
+  if args.dry_run:
+    for r in runs:
+      key = (r.model, r.algorithm, r.seed)
+      tag = ("skip (done)" if r in done else
+             f"skip ({flying[key]})" if key in flying else "submit")
+      print(f"  {tag:<12} {r.name:<40} {r.run_dir}")
+    if cluster_name == "slurm":
+      print(f"slurm resources per run: {describe_resources(resources)}")
+    print(f"gin: {' '.join(runs[0].gin_files)}"
+          + "".join(f" --gin_param {shlex.quote(p)}" for p in runs[0].gin_params))
+    print("dry run: nothing submitted")
+    return 0
+  if not todo:
+    return 0
+
+  executor = make_executor(cluster_name, results_dir, resources)
+  manifest = Manifest(results_dir, cluster_name, runs[0].gin_files,
+                      runs[0].gin_params, argv)
+  import submitit  # pylint: disable=g-import-not-at-top
+  if cluster_name == "slurm":
+    try:
+      jobs = submit_slurm(executor, todo, manifest)
+    except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as e:
+      # sbatch refused the script (unknown partition, account, limits...).
+      raise UsageError(f"sbatch refused the job array: {e}") from e
+    arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
+    print(f"submitted {len(jobs)} runs as job array {', '.join(arrays)} "
+          f"({describe_resources(resources)})")
+    for run, job in zip(todo, jobs):
+      print(f"  {job.job_id:<12} {run.name}")
+    print(f"logs:     {_log_folder(results_dir)}  (%j = job id, e.g. "
+          f"{jobs[0].paths.stderr})")
+    print(f"results:  {results_dir}/<model>/<algorithm>/seed<k>/result.json")
+    print(f"manifest: {manifest.path}")
+    print(f"status:   python {pathlib.Path(__file__).relative_to(REPO_ROOT)} "
+          f"--status --results {results_dir}")
+    return 0
+  print(f"logs: {_log_folder(results_dir)}; manifest: {manifest.path}")
+  failures = run_sequentially(executor, todo, manifest, cluster_name)
+  print(f"{len(todo) - failures}/{len(todo)} runs finished, {failures} failed; "
+        f"results in {results_dir}")
+  return 1 if failures else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  args = parse_args(argv)
+  try:
+    return cmd_status(args) if args.status else cmd_sweep(args, argv)
+  except UsageError as e:
+    print(f"sweep.py: error: {e}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,224 @@
+"""A sweep as a plain list of runs, its Slurm resources, and the job that trains one run.
+
+launch/sweep.py expands gin files into `Run`s (model x algorithm x seed), skips
+those whose result.json exists, and submits the rest as one submitit job array
+of `TrainJob`s.  A job is a function of strings only (absolute gin files, gin
+bindings, algorithm, seed, results dir), so it pickles, prints and re-creates
+anywhere; it re-parses gin in the job's own process.
+
+Preemption and timeouts: submitit calls `TrainJob.checkpoint()` on Slurm's
+signal, which resubmits the same call; the run then resumes from its own
+``<run_dir>/checkpoint.pkl`` (nar_markov.train.run_experiment does that by
+itself), so the job object needs no state of its own.  A plain `scontrol
+requeue` (no signal to submitit) lands in the same place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import gin
+import submitit
+
+# sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
+MAX_ARRAY_SIZE = 1000
+# submitit asks Slurm for USR2 90 s (its signal_delay_s) before the time limit, to
+# checkpoint and requeue.  A shorter limit signals each attempt at once and the run
+# never progresses (seen on the local cluster with timeout_min=2).
+MIN_TIMEOUT_MIN = 5
+
+
+@gin.configurable
+def slurm_resources(partition: Optional[str] = None,
+                    gpus_per_task: int = 0,
+                    cpus_per_task: int = 2,
+                    mem_gb: float = 16,
+                    timeout_min: int = 240,
+                    array_parallelism: int = 64,
+                    max_num_timeout: int = 10,
+                    job_name: str = "nar_markov",
+                    setup: Sequence[str] = (
+                        "export XLA_PYTHON_CLIENT_PREALLOCATE=false",),
+                    additional_parameters: Optional[Dict[str, Any]] = None,
+                    ) -> Dict[str, Any]:
+  """Per-run Slurm resources as submitit executor parameters.
+
+  Bound in the Slurm section of gin/base.gin; override per sweep, e.g.
+  ``--gin_param "slurm_resources.partition='gpu'"``.
+
+  Args:
+    partition: Slurm partition; None = the cluster's default partition.
+    gpus_per_task: GPUs per run (the paper's runs: 1; 0 trains on CPU).
+    cpus_per_task, mem_gb: CPU cores and host memory per run.
+    timeout_min: wall-clock limit of one attempt (>= MIN_TIMEOUT_MIN); a run
+      that needs longer is checkpointed and requeued (at most `max_num_timeout`
+      times).
+    array_parallelism: most tasks of the array running at once.
+    setup: shell lines run in the sbatch script before the job starts.
+    additional_parameters: extra sbatch flags, e.g. {'account': 'x', 'qos': 'y'}.
+  """
+  def count(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+      raise ValueError(f"slurm_resources.{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+  for name, value, minimum in [("gpus_per_task", gpus_per_task, 0),
+                               ("cpus_per_task", cpus_per_task, 1),
+                               ("timeout_min", timeout_min, MIN_TIMEOUT_MIN),
+                               ("array_parallelism", array_parallelism, 1),
+                               ("max_num_timeout", max_num_timeout, 0)]:
+    count(name, value, minimum)
+  if isinstance(mem_gb, bool) or not isinstance(mem_gb, (int, float)) or not mem_gb > 0:
+    raise ValueError(f"slurm_resources.mem_gb must be a number > 0, got {mem_gb!r}")
+  if partition is not None and not isinstance(partition, str):
+    raise ValueError(f"slurm_resources.partition must be a string or None, got {partition!r}")
+  if isinstance(setup, str) or not all(isinstance(line, str) for line in setup):
+    raise ValueError(f"slurm_resources.setup must be a list of shell lines, got {setup!r}")
+  params = {
+      "timeout_min": int(timeout_min),
+      "cpus_per_task": int(cpus_per_task),
+      "mem_gb": float(mem_gb),
+      "tasks_per_node": 1,
+      "nodes": 1,
+      "name": job_name,
+      "slurm_array_parallelism": int(array_parallelism),
+      "slurm_max_num_timeout": int(max_num_timeout),
+      "slurm_setup": list(setup),
+      # A requeued run must be allowed back into the queue even where the
+      # cluster's JobRequeue default is 0.
+      "slurm_additional_parameters": {"requeue": True,
+                                      **dict(additional_parameters or {})},
+  }
+  if partition:
+    params["slurm_partition"] = partition
+  if int(gpus_per_task) > 0:
+    params["slurm_gpus_per_task"] = int(gpus_per_task)
+  return params
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run of a sweep: everything the job needs, as strings/ints."""
+  model: str
+  algorithm: str
+  seed: int
+  gin_files: Tuple[str, ...]    # absolute paths
+  gin_params: Tuple[str, ...]
+  results_dir: str              # absolute path
+
+  @property
+  def name(self) -> str:
+    return f"{self.model}/{self.algorithm}/seed{self.seed}"
+
+  @property
+  def run_dir(self) -> pathlib.Path:
+    from nar_markov import train  # pylint: disable=g-import-not-at-top
+    return train.run_dir(self.results_dir, self.model, self.algorithm, self.seed)
+
+  @property
+  def result_path(self) -> pathlib.Path:
+    from nar_markov import train  # pylint: disable=g-import-not-at-top
+    return self.run_dir / train.RESULT_NAME
+
+  def job_args(self) -> Tuple[List[str], List[str], str, int, str]:
+    """The arguments of `TrainJob.__call__`, in order."""
+    return (list(self.gin_files), list(self.gin_params), self.algorithm,
+            int(self.seed), self.results_dir)
+
+
+class TrainJob(submitit.helpers.Checkpointable):
+  """Trains one run in the job's process; requeued as-is on preemption.
+
+  The inherited `checkpoint()` resubmits this same call: no state is kept
+  here because run_experiment resumes from the run's checkpoint.pkl.
+  """
+
+  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
+               algorithm: str, seed: int, results_dir: str) -> str:
+    from nar_markov import train  # pylint: disable=g-import-not-at-top
+    return train.run_from_gin(list(gin_files), list(gin_params),
+                              algorithm=algorithm, seed=int(seed),
+                              results_dir=results_dir)
+
+
+def _bound_value(binding_key: str):
+  """gin.query_parameter, following a macro (`x = %NAME`) to its value."""
+  value = gin.query_parameter(binding_key)
+  # A macro reference's selector is '<NAME>/gin.macro'; its value is bound
+  # under '<NAME>/macro.value'.
+  while (isinstance(value, gin.config.ConfigurableReference)
+         and value.configurable.name == "macro"):
+    macro_name = value.scoped_selector.rpartition("/")[0]
+    value = gin.query_parameter(f"{macro_name}/macro.value")
+  return value
+
+
+def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
+                results_dir: str) -> List[Run]:
+  """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
+
+  Raises ValueError (with the reason) for a missing gin file, an unknown or
+  malformed binding, a missing/unknown model, an unknown algorithm, bad seeds,
+  or an algorithm G-ForgetNet has no lambda for -- before anything runs.
+  Leaves gin parsed, so `slurm_resources()` returns this sweep's resources.
+  """
+  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov import data  # pylint: disable=g-import-not-at-top
+  from nar_markov import train  # pylint: disable=g-import-not-at-top
+
+  config_lib.parse_gin(list(gin_files), list(gin_params))
+  files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
+
+  def query(key, what):
+    try:
+      return _bound_value(key)
+    except ValueError as e:
+      raise ValueError(f"{what} is not set in the gin files ({key}): {e}") from e
+
+  try:
+    _bound_value("run_experiment.model")
+  except ValueError:
+    try:
+      multitask_model = _bound_value("run_multitask_experiment.model")
+    except ValueError:
+      multitask_model = None
+    if multitask_model is not None:
+      raise ValueError(
+          f"{', '.join(gin_files)} configures a multi-task run ({multitask_model!r}): "
+          "this launcher sweeps single-task runs; use `python -m nar_markov.multitask "
+          "--gin ... --seed K --results DIR`") from None
+  model = query("run_experiment.model", "the model")
+  if model not in train.MODELS:
+    raise ValueError(f"unknown model {model!r} (run_experiment.model); "
+                     f"valid: {sorted(train.MODELS)}")
+  algorithms = query("ALGORITHMS/macro.value", "the macro ALGORITHMS")
+  seeds = query("SEEDS/macro.value", "the macro SEEDS")
+  if isinstance(algorithms, str) or not isinstance(algorithms, (list, tuple)):
+    raise ValueError(f"ALGORITHMS must be a list of names, got {algorithms!r}")
+  if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)):
+    raise ValueError(f"SEEDS must be a list of ints, got {seeds!r}")
+  if not algorithms or not seeds:
+    raise ValueError(f"empty sweep: ALGORITHMS={algorithms!r}, SEEDS={seeds!r}")
+  bad_seeds = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+  if bad_seeds:
+    raise ValueError(f"SEEDS must be ints >= 0, got {bad_seeds!r}")
+  algorithms = [data.check_algorithm(a) for a in algorithms]
+  for dupes, what in [(algorithms, "ALGORITHMS"), (seeds, "SEEDS")]:
+    if len(set(dupes)) != len(dupes):
+      raise ValueError(f"{what} has duplicates: {dupes!r}")
+
+  # G-ForgetNet's per-algorithm lambda: refuse here rather than in N jobs.
+  try:
+    lambda_gate = _bound_value("run_experiment.lambda_gate")
+  except ValueError:
+    lambda_gate = 0.0
+  for a in algorithms:
+    train.resolve_lambda(lambda_gate, a, model)
+  slurm_resources()  # validates the Slurm section's values
+
+  results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
+  return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
+              gin_params=tuple(gin_params), results_dir=results_dir)
+          for a in algorithms for s in seeds]

@@ -1,0 +1,331 @@
+"""End-to-end sweeps on a real Slurm (launch/local_slurm.sh gives a one-node one).
+
+  * a 1 model x 2 algorithms x 2 seeds smoke sweep completes with 4 valid
+    result files, and the same command then submits nothing;
+  * `--cluster local` writes the same result files (same numbers: training on
+    CPU is deterministic);
+  * a job requeued mid-run (`scontrol requeue`) and a preempted one (submitit's
+    USR2 -> TrainJob.checkpoint() -> requeue) resume from their checkpoints
+    and finish with the full step count.
+
+Without `sbatch` these tests skip, unless NAR_REQUIRE_SLURM=1 (CI), where
+they fail.  If Slurm is installed but not answering and we are root, the
+session starts it with `launch/local_slurm.sh start`.
+Jobs ask for 1 CPU and 2 GB so two run at once on a 2-core machine.
+"""
+
+import json
+import os
+import pathlib
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+  sys.path.insert(0, str(REPO_ROOT))
+
+from launch import status as status_lib  # pylint: disable=wrong-import-position
+
+REQUIRE_SLURM = os.environ.get("NAR_REQUIRE_SLURM") == "1"
+LOCAL_SLURM = REPO_ROOT / "launch" / "local_slurm.sh"
+SWEEP = REPO_ROOT / "launch" / "sweep.py"
+SMALL_JOBS = ["--gin_param", "slurm_resources.cpus_per_task=1",
+              "--gin_param", "slurm_resources.mem_gb=2",
+              "--gin_param", "slurm_resources.timeout_min=30"]
+SMOKE_SWEEP = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
+               "--gin_param", "ALGORITHMS=['bfs','insertion_sort']",
+               "--gin_param", "SEEDS=[0,1]"] + SMALL_JOBS
+SWEEP_TIMEOUT_S = 900
+
+
+def _skip_or_fail(reason: str):
+  if REQUIRE_SLURM:
+    pytest.fail(f"NAR_REQUIRE_SLURM=1 but {reason}")
+  pytest.skip(reason)
+
+
+def _slurm_answers() -> bool:
+  try:
+    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True,
+                          text=True, timeout=30, check=False)
+  except (OSError, subprocess.TimeoutExpired):
+    return False
+  states = proc.stdout.split()
+  return proc.returncode == 0 and any(
+      s.rstrip("*~#") in ("idle", "mixed", "allocated", "completing") for s in states)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+  if shutil.which("sbatch") is None:
+    _skip_or_fail("Slurm is not installed (no sbatch on PATH; "
+                  "`launch/local_slurm.sh install && launch/local_slurm.sh start`)")
+  if not _slurm_answers():
+    if os.geteuid() == 0:
+      subprocess.run([str(LOCAL_SLURM), "start"], stdin=subprocess.DEVNULL,
+                     timeout=300, check=False)
+    if not _slurm_answers():
+      _skip_or_fail("Slurm does not answer (sinfo shows no usable node; "
+                    "`launch/local_slurm.sh start` as root)")
+
+
+@pytest.fixture(scope="session")
+def sweep_env(data_cache_dir):
+  env = dict(os.environ)
+  # sbatch exports this environment: jobs share the session's CLRS cache.
+  env["NAR_MARKOV_CACHE"] = str(data_cache_dir)
+  env.pop("SLURM_JOB_ID", None)
+  return env
+
+
+def _sweep(args, env, cwd):
+  return subprocess.run([sys.executable, str(SWEEP)] + list(args),
+                        capture_output=True, text=True, env=env, cwd=cwd,
+                        timeout=1200, check=False)
+
+
+def _job_ids(results) -> list:
+  return [j["job_id"] for m in status_lib.read_manifests(results) for j in m["jobs"]]
+
+
+def _cancel_jobs(results):
+  ids = sorted({j.split("_")[0] for j in _job_ids(results)})
+  if ids and shutil.which("scancel"):
+    subprocess.run(["scancel"] + ids, capture_output=True, check=False)
+
+
+def _tail(path, n=40) -> str:
+  try:
+    return "\n".join(pathlib.Path(path).read_text(errors="replace").splitlines()[-n:])
+  except OSError:
+    return f"(no log {path})"
+
+
+def _wait_for_sweep(results, expected_runs: int, timeout_s: float = SWEEP_TIMEOUT_S):
+  """Poll --status's logic until every run is done; fail on the first failure."""
+  t0 = time.time()
+  while True:
+    statuses, warnings = status_lib.classify(results)
+    assert not warnings, warnings
+    failed = [s for s in statuses if s.state == "failed"]
+    if failed:
+      pytest.fail("\n".join(f"{s.name} failed: {s.detail}\n{_tail(s.log)}" for s in failed))
+    if (len(statuses) == expected_runs
+        and all(s.state in ("done", "diverged") for s in statuses)):
+      return statuses
+    if time.time() - t0 > timeout_s:
+      pytest.fail(f"sweep not done after {timeout_s}s: "
+                  + ", ".join(f"{s.name}={s.state}({s.detail})" for s in statuses))
+    time.sleep(2)
+
+
+def _load(results, model, algorithm, seed):
+  path = pathlib.Path(results) / model / algorithm / f"seed{seed}" / "result.json"
+  return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def slurm_sweep(slurm, sweep_env, tmp_path_factory):
+  """The smoke sweep, submitted once to Slurm and waited for."""
+  results = tmp_path_factory.mktemp("slurm_results")
+  proc = _sweep(SMOKE_SWEEP + ["--cluster", "slurm", "--results", str(results)],
+                sweep_env, results.parent)
+  try:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _wait_for_sweep(results, expected_runs=4)
+  finally:
+    _cancel_jobs(results)
+  return results, proc.stdout
+
+
+def test_slurm_sweep_completes_and_rerun_submits_nothing(slurm_sweep, sweep_env):
+  results, first_out = slurm_sweep
+  lines = first_out.splitlines()
+  assert lines[0] == ("sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
+                      "4 runs to submit, 0 already done")
+  m = re.match(r"submitted 4 runs as job array (\d+) \(", lines[1])
+  assert m, first_out
+  array_id = m.group(1)
+  assert [l.split() for l in lines[2:6]] == [
+      [f"{array_id}_0", "baseline/bfs/seed0"], [f"{array_id}_1", "baseline/bfs/seed1"],
+      [f"{array_id}_2", "baseline/insertion_sort/seed0"],
+      [f"{array_id}_3", "baseline/insertion_sort/seed1"]]
+
+  for algorithm in ("bfs", "insertion_sort"):
+    for seed in (0, 1):
+      r = _load(results, "baseline", algorithm, seed)
+      assert (r["schema"], r["model"], r["history"], r["algorithm"], r["seed"]) == (
+          "nar_markov.result/1", "baseline", "full", algorithm, seed)
+      assert (r["status"], r["steps"], r["train_steps"]) == ("done", 20, 20)
+      assert 0.0 <= r["test_score"] <= 1.0
+      assert r["curves"]["val"]["step"] == [0, 10, 20]
+      assert r["hidden_size"] == 16  # gin/smoke.gin reached the job
+      run_dir = results / "baseline" / algorithm / f"seed{seed}"
+      assert not (run_dir / "checkpoint.pkl").exists()
+  # Different seeds are different runs.
+  assert _load(results, "baseline", "bfs", 0)["curves"]["train"]["loss"] != \
+      _load(results, "baseline", "bfs", 1)["curves"]["train"]["loss"]
+
+  n_manifests = len(status_lib.read_manifests(results))
+  again = _sweep(SMOKE_SWEEP + ["--cluster", "slurm", "--results", str(results)],
+                 sweep_env, results.parent)
+  assert again.returncode == 0, again.stderr
+  assert again.stdout.splitlines() == [
+      "sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
+      "0 runs to submit, 4 already done"]
+  assert len(status_lib.read_manifests(results)) == n_manifests
+
+  status = _sweep(["--status", "--results", str(results)], sweep_env, results.parent)
+  rows = [l.split() for l in status.stdout.splitlines() if l.startswith("baseline ")]
+  assert rows == [["baseline", "bfs", "2", "0", "0", "0", "0"],
+                  ["baseline", "insertion_sort", "2", "0", "0", "0", "0"]], status.stdout
+
+
+def test_local_cluster_writes_the_same_results(slurm_sweep, sweep_env, tmp_path):
+  slurm_results, _ = slurm_sweep
+  results = tmp_path / "local_results"
+  args = [a if a != "SEEDS=[0,1]" else "SEEDS=[1]" for a in SMOKE_SWEEP]
+  proc = _sweep(args + ["--cluster", "local", "--results", str(results)],
+                sweep_env, tmp_path)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  out = proc.stdout
+  assert out.splitlines()[0] == ("sweep baseline: 2 runs (2 algorithms x 1 seeds) on local; "
+                                 "2 runs to submit, 0 already done")
+  assert re.search(r"^\[1/2\] baseline/bfs/seed1: started \(pid \d+, log ", out, re.M), out
+  assert re.search(r"^\[2/2\] baseline/insertion_sort/seed1: done \(steps 20, "
+                   r"test_score [\d.]+\) in [\d.]+s \(sweep elapsed [\d.]+s\)$", out, re.M), out
+  assert out.splitlines()[-1] == f"2/2 runs finished, 0 failed; results in {results}"
+
+  def comparable(r):
+    r = dict(r)
+    for volatile in ("wall_time_s", "train_time_s", "eval_time_s", "steps_per_s", "versions"):
+      r.pop(volatile)
+    # The one binding that differs: this sweep narrowed SEEDS.
+    r["gin_config"] = re.sub(r"^SEEDS = .*$", "", r["gin_config"], flags=re.M)
+    return r
+
+  for algorithm in ("bfs", "insertion_sort"):
+    on_slurm = _load(slurm_results, "baseline", algorithm, 1)
+    local = _load(results, "baseline", algorithm, 1)
+    assert sorted(local) == sorted(on_slurm)
+    assert comparable(local) == comparable(on_slurm), algorithm
+
+
+def _task_pid(job_id: str) -> int:
+  """PID of the job step's task (the training process), from slurmd."""
+  # listpids wants the array task's own job id (%A), not "<array>_<task>".
+  raw_id = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%A"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+  out = subprocess.run(["scontrol", "listpids", raw_id], capture_output=True,
+                       text=True, check=True).stdout
+  for line in out.splitlines()[1:]:
+    pid, _, step, localid = line.split()[:4]
+    if step == "0" and localid == "0":
+      return int(pid)
+  raise AssertionError(f"no task pid for {job_id}:\n{out}")
+
+
+def _freeze_until_gone(pid: int, timeout_s: float = 60) -> None:
+  """Hold a process stopped until it is killed.
+
+  `scontrol requeue` sends SIGCONT + SIGTERM (which submitit ignores) and
+  SIGKILL KillWait seconds later; a smoke run could finish inside that window.
+  Re-stopping it pins the requeue to the step it was frozen at.
+  """
+  t0 = time.time()
+  while time.time() - t0 < timeout_s:
+    try:
+      os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+      return
+    time.sleep(0.02)
+  raise AssertionError(f"process {pid} still alive {timeout_s}s after requeue")
+
+
+def _wait_pending(pid: int, sig: signal.Signals, timeout_s: float = 30) -> None:
+  """Until `sig` is pending for the (stopped) process, per /proc/<pid>/status."""
+  bit = 1 << (int(sig) - 1)
+  t0 = time.time()
+  while time.time() - t0 < timeout_s:
+    fields = dict(line.split(":", 1) for line in
+                  pathlib.Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    if (int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)) & bit:
+      return
+    time.sleep(0.02)
+  raise AssertionError(f"{sig.name} never reached process {pid}")
+
+
+def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
+    slurm, sweep_env, tmp_path):
+  results = tmp_path / "requeue_results"
+  train_steps = 300
+  args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
+          "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0,1]",
+          "--gin_param", f"run_experiment.train_steps={train_steps}",
+          "--gin_param", "run_experiment.checkpoint_every_steps=10",
+          "--gin_param", "run_experiment.log_every_steps=10",
+          "--gin_param", "run_experiment.eval_every_steps=150"] + SMALL_JOBS
+  proc = _sweep(args + ["--cluster", "slurm", "--results", str(results)],
+                sweep_env, tmp_path)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  try:
+    (m,) = status_lib.read_manifests(results)
+    jobs = {j["seed"]: j for j in m["jobs"]}
+    ckpt = {s: pathlib.Path(jobs[s]["run_dir"]) / "checkpoint.pkl" for s in (0, 1)}
+    # Freeze each run right after its first checkpoint: post-compile, a smoke
+    # run finishes its 300 steps in seconds.
+    pids = {}
+    t0 = time.time()
+    while len(pids) < 2:
+      for s in (0, 1):
+        if s not in pids and ckpt[s].exists():
+          pids[s] = _task_pid(jobs[s]["job_id"])
+          os.kill(pids[s], signal.SIGSTOP)
+        assert not (pathlib.Path(jobs[s]["run_dir"]) / "result.json").exists(), \
+            f"seed {s} finished before it could be interrupted"
+      assert time.time() - t0 < SWEEP_TIMEOUT_S, "no checkpoint written"
+      time.sleep(0.05)
+
+    # seed 0: requeued by the scheduler (an admin, a node drain) mid-run.
+    subprocess.run(["scontrol", "requeue", jobs[0]["job_id"]], check=True)
+    _freeze_until_gone(pids[0])
+    with open(ckpt[0], "rb") as f:
+      requeued_at_step = pickle.load(f)["step"]
+    # seed 1: preempted -- submitit's own signal, as before a timeout: it calls
+    # TrainJob.checkpoint() and requeues itself.
+    subprocess.run(["scancel", "--signal=USR2", jobs[1]["job_id"]], check=True)
+    _wait_pending(pids[1], signal.SIGUSR2)
+    os.kill(pids[1], signal.SIGCONT)
+
+    _wait_for_sweep(results, expected_runs=2)
+  finally:
+    _cancel_jobs(results)
+
+  for seed in (0, 1):
+    r = _load(results, "baseline", "bfs", seed)
+    assert (r["status"], r["steps"], r["train_steps"]) == ("done", train_steps, train_steps)
+    steps = r["curves"]["train"]["step"]
+    # Resumed, not restarted: every logged step once, in order, up to the end.
+    assert steps == list(range(10, train_steps + 1, 10)), steps
+    assert r["curves"]["val"]["step"] == [0, 150, 300]
+    assert not (pathlib.Path(jobs[seed]["run_dir"]) / "checkpoint.pkl").exists()
+
+  # --open-mode=append keeps both attempts in one log.
+  log0 = pathlib.Path(jobs[0]["stderr"]).read_text()
+  assert "DUE TO JOB REQUEUE" in log0
+  resumed = re.findall(r"resuming baseline/bfs/seed0 from step (\d+)", log0)
+  assert resumed == [str(requeued_at_step)], log0[-3000:]
+  assert 10 <= requeued_at_step < train_steps
+
+  log1 = pathlib.Path(jobs[1]["stderr"]).read_text()
+  assert "Caught signal SIGUSR2" in log1 and "Calling checkpoint method" in log1
+  assert f"Requeued job {jobs[1]['job_id']}" in log1
+  resumed = re.findall(r"resuming baseline/bfs/seed1 from step (\d+)", log1)
+  assert len(resumed) == 1 and 10 <= int(resumed[0]) < train_steps, log1[-3000:]

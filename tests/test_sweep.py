@@ -1,0 +1,372 @@
+"""launch/sweep.py without a real cluster: run expansion, bad input, dry runs,
+the sbatch script it submits, and --status, against fake sbatch/squeue.
+
+The real end-to-end sweeps (Slurm, local, requeue) are in tests/test_slurm.py.
+"""
+
+import json
+import os
+import pathlib
+import pickle
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+  sys.path.insert(0, str(REPO_ROOT))
+
+from launch import status as status_lib  # pylint: disable=wrong-import-position
+from launch import sweep  # pylint: disable=wrong-import-position
+from nar_markov import cluster  # pylint: disable=wrong-import-position
+
+SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
+
+
+def _write_exe(path: pathlib.Path, text: str) -> None:
+  path.write_text("#!/bin/sh\n" + textwrap.dedent(text))
+  path.chmod(0o755)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+  """sbatch/squeue stand-ins on PATH: sbatch keeps each script it is given and
+  answers job 4242, 4243, ...; squeue prints the file `squeue.out`."""
+  bin_dir = tmp_path / "fake_bin"
+  bin_dir.mkdir()
+  calls = tmp_path / "sbatch_calls"
+  calls.mkdir()
+  _write_exe(bin_dir / "sbatch", f"""\
+      n=$(ls {calls} | wc -l)
+      cp "$1" {calls}/script_$n.sh
+      echo "Submitted batch job $((4242 + n))"
+      """)
+  squeue_out = tmp_path / "squeue.out"
+  squeue_out.write_text("")
+  _write_exe(bin_dir / "squeue", f"cat {squeue_out}\n")
+  monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+  return {"calls": calls, "squeue_out": squeue_out}
+
+
+def _scripts(fake):
+  return sorted(fake["calls"].glob("script_*.sh"))
+
+
+def _write_result(results, model, algorithm, seed, **fields):
+  d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
+  d.mkdir(parents=True, exist_ok=True)
+  result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
+            "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
+            "diverged_step": None, "test_score": 0.5}
+  result.update(fields)
+  (d / "result.json").write_text(json.dumps(result))
+
+
+# -- run expansion -------------------------------------------------------------
+
+
+def test_expand_runs_is_model_x_algorithms_x_seeds(tmp_path):
+  runs = cluster.expand_runs(
+      ["gin/forget.gin", "gin/smoke.gin"],
+      ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2]"], str(tmp_path))
+  assert [(r.model, r.algorithm, r.seed) for r in runs] == [
+      ("forget", "bfs", 0), ("forget", "bfs", 1), ("forget", "bfs", 2),
+      ("forget", "dfs", 0), ("forget", "dfs", 1), ("forget", "dfs", 2)]
+  # Jobs start elsewhere: gin files and the results dir travel as absolute paths.
+  assert runs[0].gin_files == (str(REPO_ROOT / "gin/forget.gin"),
+                               str(REPO_ROOT / "gin/smoke.gin"))
+  assert runs[0].results_dir == str(tmp_path.resolve())
+  assert runs[4].run_dir == tmp_path.resolve() / "forget" / "dfs" / "seed1"
+  assert runs[4].job_args() == (
+      list(runs[0].gin_files), ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2]"],
+      "dfs", 1, str(tmp_path.resolve()))
+
+
+def test_base_gin_sweeps_all_30_algorithms_and_10_seeds(tmp_path):
+  runs = cluster.expand_runs(["gin/baseline.gin"], [], str(tmp_path))
+  assert len(runs) == 300
+  assert len({r.algorithm for r in runs}) == 30 and {r.seed for r in runs} == set(range(10))
+
+
+def test_slurm_resources_come_from_gin(tmp_path):
+  cluster.expand_runs(SMOKE[1::2], ["slurm_resources.cpus_per_task=1",
+                                    "slurm_resources.mem_gb=2",
+                                    "slurm_resources.partition='gpu'",
+                                    "slurm_resources.gpus_per_task=1"], str(tmp_path))
+  res = cluster.slurm_resources()
+  assert res["cpus_per_task"] == 1 and res["mem_gb"] == 2.0
+  assert res["slurm_partition"] == "gpu" and res["slurm_gpus_per_task"] == 1
+  assert res["timeout_min"] == 240 and res["slurm_array_parallelism"] == 64
+  assert res["slurm_setup"] == ["export XLA_PYTHON_CLIENT_PREALLOCATE=false"]
+  assert res["slurm_additional_parameters"] == {"requeue": True}
+
+
+def test_train_job_pickles_and_checkpoint_resubmits_the_same_call():
+  job = cluster.TrainJob()
+  args = (["/abs/a.gin"], ["SEEDS=[0]"], "bfs", 3, "/abs/results")
+  clone = pickle.loads(pickle.dumps(job))
+  delayed = clone.checkpoint(*args)
+  assert delayed.function is clone
+  assert delayed.args == args and delayed.kwargs == {}
+
+
+# -- bad input: one error, exit code 2, nothing submitted ----------------------
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--gin", "gin/no_such_file.gin"], "gin file not found: 'gin/no_such_file.gin'"),
+    (SMOKE + ["--gin_param", "ALGORITHMS=['bfs','bogo_sort']"],
+     "unknown algorithm 'bogo_sort'"),
+    (SMOKE + ["--gin_param", "run_experiment.train_step=5"],
+     "Configurable 'run_experiment' doesn't have a parameter named 'train_step'"),
+    (SMOKE + ["--gin_param", "slurm_resources.mem=2"],
+     "Configurable 'slurm_resources' doesn't have a parameter named 'mem'"),
+    (SMOKE + ["--gin_param", "no_such_configurable.x=1"], "no_such_configurable"),
+    (SMOKE + ["--gin_param", "SEEDS=[0,"], "bad gin configuration"),
+    (SMOKE + ["--gin_param", "SEEDS=3"], "SEEDS must be a list of ints, got 3"),
+    (SMOKE + ["--gin_param", "SEEDS=[]"], "empty sweep"),
+    (SMOKE + ["--gin_param", "SEEDS=[0,0]"], "SEEDS has duplicates"),
+    (SMOKE + ["--gin_param", "slurm_resources.mem_gb=0"], "slurm_resources.mem_gb must be a number > 0, got 0"),
+    (["--gin", "gin/base.gin"], "the model is not set in the gin files"),
+    (["--gin", "gin/baseline.gin", "--gin_param", "run_experiment.model='resnet'"],
+     "unknown model 'resnet'"),
+    (["--gin", "gin/gforget.gin", "--gin_param", "LAMBDAS={'bfs': 0.1}",
+      "--gin_param", "ALGORITHMS=['bfs','dfs']"], "lambda_gate has no value for 'dfs'"),
+    (SMOKE + ["--gin_param", "slurm_resources.cpus_per_task='x'"],
+     "slurm_resources.cpus_per_task must be an int >= 1, got 'x'"),
+    (["--gin", "gin/multitask.gin"], "configures a multi-task run ('forget_multitask')"),
+    (SMOKE + ["--gin_param", "slurm_resources.timeout_min=2"],
+     "slurm_resources.timeout_min must be an int >= 5, got 2"),
+    ([], "no gin file given"),
+])
+def test_bad_input_exits_2_before_submitting(extra, message, tmp_path, fake_slurm,
+                                             capsys):
+  results = tmp_path / "results"
+  rc = sweep.main(extra + ["--results", str(results), "--cluster", "slurm"])
+  out, err = capsys.readouterr()
+  assert rc == 2
+  assert err.startswith("sweep.py: error: ") and message in err, err
+  assert "Traceback" not in err + out
+  assert _scripts(fake_slurm) == []          # sbatch never called
+  assert not results.exists()                # no manifest, no log folder
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, str(REPO_ROOT / "launch/sweep.py")] + SMOKE
+      + ["--gin_param", "ALGORITHMS=['bfz']", "--results", str(tmp_path / "r"),
+         "--cluster", "local"],
+      capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
+  assert proc.returncode == 2
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("sweep.py: error: unknown algorithm 'bfz'; valid CLRS-30")
+  assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
+
+
+def test_cluster_slurm_without_sbatch_is_an_error(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
+  rc = sweep.main(SMOKE + ["--cluster", "slurm", "--results", str(tmp_path / "r")])
+  assert rc == 2
+  assert "`sbatch` is not on PATH" in capsys.readouterr().err
+
+
+def test_cluster_auto_picks_slurm_only_with_sbatch(tmp_path, monkeypatch, fake_slurm):
+  assert sweep.pick_cluster("auto") == "slurm"
+  monkeypatch.setenv("PATH", str(tmp_path))
+  assert sweep.pick_cluster("auto") == "local"
+  assert sweep.pick_cluster("debug") == "debug"
+
+
+# -- dry run -------------------------------------------------------------------
+
+
+def test_dry_run_lists_runs_and_skips_done_ones(tmp_path, fake_slurm, capsys):
+  results = tmp_path / "results"
+  _write_result(results, "baseline", "bfs", 1)
+  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
+                           "--gin_param", "slurm_resources.mem_gb=2", "--dry-run"])
+  out = capsys.readouterr().out
+  assert rc == 0
+  lines = out.splitlines()
+  assert lines[0] == ("sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
+                      "3 runs to submit, 1 already done")
+  table = [l.split() for l in lines[1:5]]
+  assert table == [
+      ["submit", "baseline/bfs/seed0", f"{results}/baseline/bfs/seed0"],
+      ["skip", "(done)", "baseline/bfs/seed1", f"{results}/baseline/bfs/seed1"],
+      ["submit", "baseline/insertion_sort/seed0", f"{results}/baseline/insertion_sort/seed0"],
+      ["submit", "baseline/insertion_sort/seed1", f"{results}/baseline/insertion_sort/seed1"],
+  ]
+  assert lines[5] == ("slurm resources per run: partition=default cpus_per_task=2 "
+                      "mem_gb=2.0 gpus_per_task=0 timeout_min=240 array_parallelism=64")
+  assert lines[-1] == "dry run: nothing submitted"
+  assert _scripts(fake_slurm) == [] and not (results / "_sweeps").exists()
+
+
+# -- submission: one job array, its sbatch script, the manifest ----------------
+
+
+def test_submits_one_array_with_gin_resources(tmp_path, fake_slurm, capsys):
+  results = tmp_path / "results"
+  _write_result(results, "baseline", "bfs", 0)
+  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
+                           "--gin_param", "slurm_resources.cpus_per_task=1",
+                           "--gin_param", "slurm_resources.mem_gb=2",
+                           "--gin_param", "slurm_resources.timeout_min=30",
+                           "--gin_param", "slurm_resources.array_parallelism=2"])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  scripts = _scripts(fake_slurm)
+  assert len(scripts) == 1  # ONE array for the 3 runs left
+  text = scripts[0].read_text()
+  sbatch = sorted(l for l in text.splitlines() if l.startswith("#SBATCH"))
+  logs = results / "_logs"
+  assert sbatch == sorted([
+      "#SBATCH --array=0-2%2",
+      "#SBATCH --cpus-per-task=1",
+      f"#SBATCH --error={logs}/%A_%a/%A_%a_0_log.err",
+      "#SBATCH --job-name=nar_markov",
+      "#SBATCH --mem=2GB",
+      "#SBATCH --nodes=1",
+      "#SBATCH --ntasks-per-node=1",
+      "#SBATCH --open-mode=append",   # a requeued job's log keeps the first attempt
+      f"#SBATCH --output={logs}/%A_%a/%A_%a_0_log.out",
+      "#SBATCH --requeue",
+      "#SBATCH --signal=USR2@90",
+      "#SBATCH --time=30",
+      "#SBATCH --wckey=submitit",
+  ])
+  assert f"export PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}" in text
+  assert "export XLA_PYTHON_CLIENT_PREALLOCATE=false" in text
+  assert re.search(r"srun .* -u -m submitit.core._submit ", text)
+
+  lines = out.splitlines()
+  assert lines[0].endswith("3 runs to submit, 1 already done")
+  assert lines[1].startswith("submitted 3 runs as job array 4242 ")
+  assert [l.split() for l in lines[2:5]] == [
+      ["4242_0", "baseline/bfs/seed1"], ["4242_1", "baseline/insertion_sort/seed0"],
+      ["4242_2", "baseline/insertion_sort/seed1"]]
+  assert f"logs:     {logs}/%j" in out
+
+  manifests = status_lib.read_manifests(results)
+  assert len(manifests) == 1
+  m = manifests[0]
+  assert m["cluster"] == "slurm" and m["gin_params"][0] == "SEEDS=[0,1]"
+  assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [
+      ("bfs", 1, "4242_0"), ("insertion_sort", 0, "4242_1"), ("insertion_sort", 1, "4242_2")]
+  assert m["jobs"][0]["stderr"] == f"{logs}/4242_0/4242_0_0_log.err"
+
+  # Relaunch while the array is queued: nothing is submitted twice.
+  fake_slurm["squeue_out"].write_text("4242_0|RUNNING\n4242_1|PENDING\n4242_2|PENDING\n")
+  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results)])
+  out = capsys.readouterr().out
+  assert rc == 0
+  assert out.splitlines()[0].endswith(
+      "0 runs to submit, 1 already done, 3 already queued or running")
+  assert len(_scripts(fake_slurm)) == 1
+
+
+def test_debug_cluster_runs_in_process(tmp_path, monkeypatch, capsys):
+  from nar_markov import train
+  calls = []
+
+  def fake_run_from_gin(gin_files, gin_params, *, algorithm, seed, results_dir):
+    calls.append((algorithm, seed))
+    _write_result(results_dir, "baseline", algorithm, seed, test_score=0.25 * seed)
+    return str(train.run_dir(results_dir, "baseline", algorithm, seed) / "result.json")
+
+  monkeypatch.setattr(train, "run_from_gin", fake_run_from_gin)
+  results = tmp_path / "results"
+  rc = sweep.main(SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0,1]",
+                           "--cluster", "debug", "--results", str(results)])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  assert calls == [("bfs", 0), ("bfs", 1)]
+  assert re.search(r"^\[1/2\] baseline/bfs/seed0: done \(steps 20, test_score 0.0\) in "
+                   r"[\d.]+s \(sweep elapsed [\d.]+s\)$", out, re.M), out
+  assert re.search(r"^\[2/2\] baseline/bfs/seed1: done \(steps 20, test_score 0.25\)", out, re.M)
+  assert out.splitlines()[-1] == f"2/2 runs finished, 0 failed; results in {results}"
+
+
+# -- status ----------------------------------------------------------------------
+
+
+def _fake_manifest(results, jobs, cluster_name="slurm"):
+  d = results / "_sweeps"
+  d.mkdir(parents=True, exist_ok=True)
+  logs = results / "_logs"
+  records = []
+  for model, algorithm, seed, job_id in jobs:
+    records.append({"model": model, "algorithm": algorithm, "seed": seed,
+                    "job_id": job_id,
+                    "stdout": f"{logs}/{job_id}/{job_id}_0_log.out",
+                    "stderr": f"{logs}/{job_id}/{job_id}_0_log.err",
+                    "result_pickle": f"{logs}/{job_id}/{job_id}_0_result.pkl"})
+  (d / "20260101-000000-000000.json").write_text(json.dumps(
+      {"schema": status_lib.MANIFEST_SCHEMA, "cluster": cluster_name, "jobs": records}))
+  return records
+
+
+def test_status_counts_each_state_and_names_failure_logs(tmp_path, fake_slurm, capsys):
+  results = tmp_path / "results"
+  _write_result(results, "baseline", "bfs", 0, test_score=0.75)
+  _write_result(results, "baseline", "bfs", 1, status="diverged", diverged_step=7,
+                test_score=None)
+  records = _fake_manifest(results, [("baseline", "dfs", 0, "77_0"),
+                                     ("baseline", "dfs", 1, "77_1"),
+                                     ("baseline", "dfs", 2, "77_2"),
+                                     ("baseline", "bfs", 0, "77_3")])
+  fake_slurm["squeue_out"].write_text("77_0|RUNNING\n")
+  # 77_1 raised (submitit pickles the traceback); 77_2 vanished without a word.
+  pkl = pathlib.Path(records[1]["result_pickle"])
+  pkl.parent.mkdir(parents=True)
+  pkl.write_bytes(pickle.dumps(("error", "Traceback (most recent call last):\n"
+                                "  File x\nValueError: lambda_gate boom\n")))
+  log2 = pathlib.Path(records[2]["stderr"])
+  log2.parent.mkdir(parents=True)
+  log2.write_text("[nar_markov] baseline/dfs/seed2 step 10/20\n"
+                  "slurmstepd-vm: error: *** JOB 80 ON vm CANCELLED AT 2026-01-01T00:00:00 "
+                  "DUE TO TIME LIMIT ***\n")
+
+  rc = sweep.main(["--status", "--results", str(results)] + SMOKE
+                  + ["--gin_param", "ALGORITHMS=['bfs','dfs']", "--gin_param", "SEEDS=[0,1,2]"])
+  out = capsys.readouterr().out
+  assert rc == 0
+  rows = {tuple(l.split()[:2]): [int(x) for x in l.split()[2:]]
+          for l in out.splitlines() if l.startswith(("baseline ", "total "))}
+  #                            done diverged running failed missing
+  assert rows[("baseline", "bfs")] == [1, 1, 0, 0, 1]
+  assert rows[("baseline", "dfs")] == [0, 0, 1, 2, 0]
+  assert out.splitlines()[1].split() == ["model", "algorithm", "done", "diverged",
+                                         "running", "failed", "missing"]
+  assert f"baseline/dfs/seed1  job 77_1  log {records[1]['stderr']}" in out
+  assert "ValueError: lambda_gate boom" in out
+  assert f"baseline/dfs/seed2  job 77_2  log {records[2]['stderr']}" in out
+  assert ("job ended without a result: *** JOB 80 ON vm CANCELLED AT "
+          "2026-01-01T00:00:00 DUE TO TIME LIMIT ***") in out
+  assert "baseline/dfs/seed0 (77_0 running)" in out
+
+  # Without --gin the expected runs are what is on disk or in the manifests.
+  rc = sweep.main(["--status", "--results", str(results)])
+  out = capsys.readouterr().out
+  rows = {tuple(l.split()[:2]): [int(x) for x in l.split()[2:]]
+          for l in out.splitlines() if l.startswith("baseline ")}
+  assert rows == {("baseline", "bfs"): [1, 1, 0, 0, 0], ("baseline", "dfs"): [0, 0, 1, 2, 0]}
+
+
+def test_status_when_slurm_cannot_be_asked(tmp_path, monkeypatch, capsys):
+  results = tmp_path / "results"
+  _fake_manifest(results, [("baseline", "bfs", 0, "9_0")])
+  monkeypatch.setenv("PATH", str(tmp_path))  # no squeue
+  statuses, warnings = status_lib.classify(results)
+  assert [(s.name, s.state, s.detail) for s in statuses] == [
+      ("baseline/bfs/seed0", "running", "unknown (Slurm unavailable)")]
+  assert "squeue is not on PATH" in warnings[0]
+
+
+def test_status_of_a_missing_results_dir_is_an_error(tmp_path, capsys):
+  assert sweep.main(["--status", "--results", str(tmp_path / "nope")]) == 2
+  assert "no results folder" in capsys.readouterr().err
