@@ -170,13 +170,15 @@ class Manifest:
 def submit_slurm(executor, runs, manifest) -> List:
   from nar_markov import cluster  # pylint: disable=g-import-not-at-top
   jobs = []
-  # One array per MAX_ARRAY_SIZE runs (one array for any single-model sweep).
-  for start in range(0, len(runs), cluster.MAX_ARRAY_SIZE):
-    chunk = runs[start:start + cluster.MAX_ARRAY_SIZE]
-    args = list(zip(*[r.job_args() for r in chunk]))
-    chunk_jobs = executor.map_array(cluster.TrainJob(), *args)
-    for run, job in zip(chunk, chunk_jobs):
-      manifest.add(job_record(run, job))
+  groups = cluster.job_groups(runs)  # one job per run (multi-task: per seed)
+  # One array per MAX_ARRAY_SIZE jobs (one array for any single-model sweep).
+  for start in range(0, len(groups), cluster.MAX_ARRAY_SIZE):
+    chunk = groups[start:start + cluster.MAX_ARRAY_SIZE]
+    args = list(zip(*[g[0].job_args() for g in chunk]))
+    chunk_jobs = executor.map_array(cluster.job_for(chunk[0][0]), *args)
+    for group, job in zip(chunk, chunk_jobs):
+      for run in group:
+        manifest.add(job_record(run, job))
     jobs += chunk_jobs
   manifest.save()
   return jobs
@@ -187,36 +189,51 @@ def run_sequentially(executor, runs, manifest, cluster_name) -> int:
   from nar_markov import cluster  # pylint: disable=g-import-not-at-top
   t_sweep = time.time()
   failures = 0
-  n = len(runs)
-  for i, run in enumerate(runs, 1):
+  groups = cluster.job_groups(runs)  # one job per run (multi-task: per seed)
+  n = len(groups)
+  for i, group in enumerate(groups, 1):
+    run = group[0]
+    name = (f"{run.model}/seed{run.seed} ({len(group)} algorithms)"
+            if run.multitask else run.name)
     t0 = time.time()
-    job = executor.submit(cluster.TrainJob(), *run.job_args())
-    record = job_record(run, job)
-    manifest.add(record)
+    job = executor.submit(cluster.job_for(run), *run.job_args())
+    records = [job_record(r, job) for r in group]
+    for record in records:
+      manifest.add(record)
+    record = records[0]
     manifest.save()
     where = f" (pid {job.job_id}, log {record['stderr']})" if cluster_name == "local" else ""
-    print(f"[{i}/{n}] {run.name}: started{where}", flush=True)
+    print(f"[{i}/{n}] {name}: started{where}", flush=True)
     try:
-      result_path = job.result()
+      paths = job.result()
+      paths = [paths] if isinstance(paths, str) else list(paths)
       outcome = "done"
-      if not pathlib.Path(result_path).exists():
+      missing = [p for p in paths if not pathlib.Path(p).exists()]
+      if not paths or missing:
         outcome, failures = "failed: no result.json written", failures + 1
       else:
-        res = json.loads(pathlib.Path(result_path).read_text())
-        outcome = (f"{res.get('status')} (steps {res.get('steps')}, "
-                   f"test_score {res.get('test_score')})")
+        outcomes = []
+        for path in paths:
+          res = json.loads(pathlib.Path(path).read_text())
+          outcomes.append(
+              (f"{res.get('algorithm')}: " if run.multitask else "")
+              + f"{res.get('status')} (steps {res.get('steps')}, "
+              f"test_score {res.get('test_score')})")
+        outcome = "; ".join(outcomes)
     except KeyboardInterrupt:
       job.cancel()
-      record["outcome"] = "interrupted by the user"
+      for r in records:
+        r["outcome"] = "interrupted by the user"
       manifest.save()
       raise
     except Exception as e:  # pylint: disable=broad-except
       failures += 1
       lines = [l for l in str(e).strip().splitlines() if l.strip()]
       outcome = f"failed: {lines[-1] if lines else type(e).__name__}"
-      record["outcome"] = outcome
+      for r in records:
+        r["outcome"] = outcome
       manifest.save()
-    print(f"[{i}/{n}] {run.name}: {outcome} in {time.time() - t0:.1f}s "
+    print(f"[{i}/{n}] {name}: {outcome} in {time.time() - t0:.1f}s "
           f"(sweep elapsed {time.time() - t_sweep:.1f}s)", flush=True)
   return failures
 
@@ -286,10 +303,12 @@ def cmd_sweep(args, argv) -> int:
       # sbatch refused the script (unknown partition, account, limits...).
       raise UsageError(f"sbatch refused the job array: {e}") from e
     arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
-    print(f"submitted {len(jobs)} runs as job array {', '.join(arrays)} "
+    what = (f"{len(todo)} runs in {len(jobs)} multi-task jobs (one per seed)"
+            if todo[0].multitask else f"{len(jobs)} runs")
+    print(f"submitted {what} as job array {', '.join(arrays)} "
           f"({describe_resources(resources)})")
-    for run, job in zip(todo, jobs):
-      print(f"  {job.job_id:<12} {run.name}")
+    for group, job in zip(cluster.job_groups(todo), jobs):
+      print(f"  {job.job_id:<12} {', '.join(r.name for r in group)}")
     print(f"logs:     {_log_folder(results_dir)}  (%j = job id, e.g. "
           f"{jobs[0].paths.stderr})")
     print(f"results:  {results_dir}/<model>/<algorithm>/seed<k>/result.json")

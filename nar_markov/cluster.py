@@ -107,6 +107,9 @@ class Run:
   gin_files: Tuple[str, ...]    # absolute paths
   gin_params: Tuple[str, ...]
   results_dir: str              # absolute path
+  # Multi-task sweeps: every algorithm of a seed is trained by ONE job
+  # (`MultitaskJob`); the runs stay per algorithm for skipping and --status.
+  multitask: bool = False
 
   @property
   def name(self) -> str:
@@ -122,10 +125,32 @@ class Run:
     from nar_markov import train  # pylint: disable=g-import-not-at-top
     return self.run_dir / train.RESULT_NAME
 
-  def job_args(self) -> Tuple[List[str], List[str], str, int, str]:
-    """The arguments of `TrainJob.__call__`, in order."""
+  def job_args(self) -> Tuple:
+    """The arguments of `TrainJob.__call__` (`MultitaskJob.__call__`), in order."""
+    if self.multitask:
+      return (list(self.gin_files), list(self.gin_params), int(self.seed),
+              self.results_dir)
     return (list(self.gin_files), list(self.gin_params), self.algorithm,
             int(self.seed), self.results_dir)
+
+  @property
+  def job_key(self):
+    """Runs with the same key are trained by the same job."""
+    if self.multitask:
+      return (self.model, "*", self.seed)
+    return (self.model, self.algorithm, self.seed)
+
+
+def job_groups(runs: Sequence[Run]) -> List[List[Run]]:
+  """Runs grouped by the job that trains them, in first-appearance order."""
+  groups: Dict[Any, List[Run]] = {}
+  for r in runs:
+    groups.setdefault(r.job_key, []).append(r)
+  return list(groups.values())
+
+
+def job_for(run: Run) -> submitit.helpers.Checkpointable:
+  return MultitaskJob() if run.multitask else TrainJob()
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -141,6 +166,19 @@ class TrainJob(submitit.helpers.Checkpointable):
     return train.run_from_gin(list(gin_files), list(gin_params),
                               algorithm=algorithm, seed=int(seed),
                               results_dir=results_dir)
+
+
+class MultitaskJob(submitit.helpers.Checkpointable):
+  """One multi-task seed-job (all algorithms, one shared processor).
+
+  Resumes from its own checkpoint (nar_markov.multitask), like TrainJob.
+  """
+
+  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
+               seed: int, results_dir: str) -> List[str]:
+    from nar_markov import multitask  # pylint: disable=g-import-not-at-top
+    return multitask.run_multitask_from_gin(list(gin_files), list(gin_params),
+                                            seed=int(seed), results_dir=results_dir)
 
 
 def _bound_value(binding_key: str):
@@ -177,6 +215,7 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
     except ValueError as e:
       raise ValueError(f"{what} is not set in the gin files ({key}): {e}") from e
 
+  multitask_model = None
   try:
     _bound_value("run_experiment.model")
   except ValueError:
@@ -184,11 +223,8 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
       multitask_model = _bound_value("run_multitask_experiment.model")
     except ValueError:
       multitask_model = None
-    if multitask_model is not None:
-      raise ValueError(
-          f"{', '.join(gin_files)} configures a multi-task run ({multitask_model!r}): "
-          "this launcher sweeps single-task runs; use `python -m nar_markov.multitask "
-          "--gin ... --seed K --results DIR`") from None
+  if multitask_model is not None:
+    return _expand_multitask_runs(multitask_model, files, gin_params, results_dir)
   model = query("run_experiment.model", "the model")
   if model not in train.MODELS:
     raise ValueError(f"unknown model {model!r} (run_experiment.model); "
@@ -222,3 +258,34 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
               gin_params=tuple(gin_params), results_dir=results_dir)
           for a in algorithms for s in seeds]
+
+
+def _expand_multitask_runs(model: str, files: Tuple[str, ...],
+                           gin_params: Sequence[str], results_dir) -> List[Run]:
+  """A multi-task sweep: run_multitask_experiment.algorithms x SEEDS, one job per seed."""
+  from nar_markov import multitask  # pylint: disable=g-import-not-at-top
+  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  model = multitask.check_model(model)
+  try:
+    algorithms = multitask.check_algorithms(
+        _bound_value("run_multitask_experiment.algorithms"))
+    seeds = _bound_value("SEEDS/macro.value")
+  except ValueError as e:
+    raise ValueError(f"multi-task sweep: {e}") from e
+  if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)) or not seeds:
+    raise ValueError(f"SEEDS must be a non-empty list of ints, got {seeds!r}")
+  bad_seeds = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+  if bad_seeds or len(set(seeds)) != len(seeds):
+    raise ValueError(f"SEEDS must be distinct ints >= 0, got {seeds!r}")
+  try:
+    lambda_gate = _bound_value("run_multitask_experiment.lambda_gate")
+  except ValueError:
+    lambda_gate = 0.0
+  base_model = model[:-len(multitask.SUFFIX)]
+  for a in algorithms:
+    train.resolve_lambda(lambda_gate, a, base_model)
+  slurm_resources()
+  results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
+  return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
+              gin_params=tuple(gin_params), results_dir=results_dir, multitask=True)
+          for s in seeds for a in algorithms]

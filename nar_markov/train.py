@@ -114,8 +114,8 @@ def package_versions() -> Dict[str, str]:
 def resolve_lambda(lambda_gate: Union[float, Mapping[str, float]], algorithm: str,
                    model: str) -> float:
   """lambda for this run: a float, or a per-algorithm dict (gin/lambdas.gin)."""
-  if model in _ZERO_LAMBDA_MODELS:
-    return 0.0
+  if model in _ZERO_LAMBDA_MODELS or MODELS.get(model) != "gated":
+    return 0.0  # no gate, no penalty: lambda is not used
   if isinstance(lambda_gate, Mapping):
     if algorithm not in lambda_gate:
       raise ValueError(

@@ -137,7 +137,8 @@ def test_train_job_pickles_and_checkpoint_resubmits_the_same_call():
       "--gin_param", "ALGORITHMS=['bfs','dfs']"], "lambda_gate has no value for 'dfs'"),
     (SMOKE + ["--gin_param", "slurm_resources.cpus_per_task='x'"],
      "slurm_resources.cpus_per_task must be an int >= 1, got 'x'"),
-    (["--gin", "gin/multitask.gin"], "configures a multi-task run ('forget_multitask')"),
+    (["--gin", "gin/multitask.gin", "--gin_param", "ALGORITHMS=['bfs','bfs']"],
+     "multi-task sweep:"),
     (SMOKE + ["--gin_param", "slurm_resources.timeout_min=2"],
      "slurm_resources.timeout_min must be an int >= 5, got 2"),
     ([], "no gin file given"),
@@ -288,6 +289,69 @@ def test_debug_cluster_runs_in_process(tmp_path, monkeypatch, capsys):
   assert re.search(r"^\[1/2\] baseline/bfs/seed0: done \(steps 20, test_score 0.0\) in "
                    r"[\d.]+s \(sweep elapsed [\d.]+s\)$", out, re.M), out
   assert re.search(r"^\[2/2\] baseline/bfs/seed1: done \(steps 20, test_score 0.25\)", out, re.M)
+  assert out.splitlines()[-1] == f"2/2 runs finished, 0 failed; results in {results}"
+
+
+MULTITASK = ["--gin", "gin/multitask.gin", "--gin_param", "ALGORITHMS=['bfs','dfs']",
+             "--gin_param", "SEEDS=[0,1]"]
+
+
+def test_multitask_sweep_is_one_job_per_seed(tmp_path, fake_slurm, capsys):
+  results = tmp_path / "results"
+  rc = sweep.main(MULTITASK + ["--results", str(results), "--dry-run"])
+  out = capsys.readouterr().out
+  assert rc == 0
+  assert out.splitlines()[0].endswith("4 runs to submit, 0 already done")
+  assert "forget_multitask/dfs/seed1" in out
+  rc = sweep.main(MULTITASK + ["--results", str(results)])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  scripts = _scripts(fake_slurm)
+  assert len(scripts) == 1 and "#SBATCH --array=0-1%2" in scripts[0].read_text()
+  assert "submitted 4 runs in 2 multi-task jobs (one per seed)" in out
+  assert [l.split(None, 1) for l in out.splitlines()[2:4]] == [
+      ["4242_0", "forget_multitask/bfs/seed0, forget_multitask/dfs/seed0"],
+      ["4242_1", "forget_multitask/bfs/seed1, forget_multitask/dfs/seed1"]]
+  jobs = status_lib.read_manifests(results)[0]["jobs"]
+  assert [(j["algorithm"], j["seed"], j["job_id"]) for j in jobs] == [
+      ("bfs", 0, "4242_0"), ("dfs", 0, "4242_0"), ("bfs", 1, "4242_1"), ("dfs", 1, "4242_1")]
+
+
+def test_multitask_job_pickles_and_calls_the_multitask_runner(monkeypatch):
+  from nar_markov import multitask
+  seen = []
+  monkeypatch.setattr(multitask, "run_multitask_from_gin",
+                      lambda files, params, *, seed, results_dir: seen.append(
+                          (files, params, seed, results_dir)) or ["x"])
+  job = pickle.loads(pickle.dumps(cluster.MultitaskJob()))
+  assert job(["a.gin"], ["SEEDS=[1]"], 1, "/r") == ["x"]
+  assert seen == [(["a.gin"], ["SEEDS=[1]"], 1, "/r")]
+  delayed = job.checkpoint(["a.gin"], ["SEEDS=[1]"], 1, "/r")
+  assert delayed.args == (["a.gin"], ["SEEDS=[1]"], 1, "/r")
+
+
+def test_multitask_debug_sweep_skips_done_seeds(tmp_path, monkeypatch, capsys):
+  from nar_markov import multitask, train
+  calls = []
+
+  def fake(gin_files, gin_params, *, seed, results_dir):
+    calls.append(seed)
+    paths = []
+    for alg in ("bfs", "dfs"):
+      _write_result(results_dir, "forget_multitask", alg, seed, test_score=0.5)
+      paths.append(str(train.run_dir(results_dir, "forget_multitask", alg, seed)
+                       / "result.json"))
+    return paths
+
+  monkeypatch.setattr(multitask, "run_multitask_from_gin", fake)
+  results = tmp_path / "results"
+  _write_result(results, "forget_multitask", "bfs", 0)
+  _write_result(results, "forget_multitask", "dfs", 0)
+  rc = sweep.main(MULTITASK + ["--cluster", "debug", "--results", str(results)])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  assert calls == [1]  # seed 0 is done; seed 1 is one job for both algorithms
+  assert "[1/1] forget_multitask/seed1 (2 algorithms): bfs: done" in out
   assert out.splitlines()[-1] == f"2/2 runs finished, 0 failed; results in {results}"
 
 
