@@ -136,6 +136,8 @@ def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=No
     written,
   )
 
+  _write(out / "comparison.md", report.comparison_markdown(frame), written)
+
   if figures:
     from analysis import figures as figures_lib  # matplotlib only when asked for
 

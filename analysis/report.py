@@ -126,3 +126,33 @@ def reproduction_markdown(frame, *, n_files, problems, agg, skipped_models=()):
   lines += ["", "## Files left out", ""]
   lines += [("- `%s`: %s" % tuple(p.split(": ", 1))) for p in problems] or ["none"]
   return "\n".join(lines) + "\n"
+
+
+def comparison_markdown(frame):
+  """A compact Markdown table: one row per algorithm that has results, and per model
+  "ours" next to "paper" (what README shows); seeds and steps say what ours come from."""
+  have = frame[frame["n_seeds"] > 0]
+  if not len(have):
+    return "No results.\n"
+  models = list(dict.fromkeys(have["model"]))
+  header = ["Algorithm"]
+  for m in models:
+    label = tables.MODEL_LABELS[m] + (", multi-task" if "multitask" in m else "")
+    header += [f"{label} (ours)", "(paper)"]
+  header += ["seeds", "steps"]
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for algorithm in categories.PAPER_ORDER:
+    rows = frame[(frame["algorithm"] == algorithm) & frame["model"].isin(models)]
+    if not (rows["n_seeds"] > 0).any():
+      continue
+    cells = [categories.plain_name(algorithm)]
+    seeds, steps = set(), set()
+    for m in models:
+      r = rows[rows["model"] == m].iloc[0]
+      cells += [_pm(r.ours_mean_pct, r.ours_std_pct), _pm(r.paper_mean_pct, r.paper_std_pct)]
+      if r.n_seeds:
+        seeds.add(str(r.n_seeds))
+        steps.add(str(r.steps))
+    cells += ["/".join(sorted(seeds)), "/".join(sorted(steps))]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"

@@ -27,11 +27,11 @@ Bounded shapes (`time_bucket`)
   jitted step would recompile whenever that grows. We pad the hint time axis of
   every train batch of (algorithm, nb_nodes) to the measured maximum T of that
   size (`clrs30_trajectory_lengths.json`, package data, measured on dm-clrs
-  2.0.3); a batch longer than that is padded to T rounded up to a multiple of
-  8 (TIME_GRANULE). The
+  2.0.3); a batch longer than that is padded to T rounded up to at most 1/8
+  more (`time_bucket`). The
   table is a sample maximum and clrs's own 1,000-trajectory estimate of max T
   exceeds it for ~1 in 10 (algorithm, size) pairs (e.g. bfs at 11 nodes: 9 > 8
-  -> 16; mst_kruskal at 16 nodes: 147 > 127 -> 152), so a run sees one, sometimes two, time shapes per train length
+  -> 9; mst_kruskal at 16 nodes: 147 > 127 -> 160), so a run sees one, sometimes two, time shapes per train length
   (bfs, seed 0, 200 batches: 6 shapes; clrs's max T only grows, so a later
   batch never returns to a smaller bucket). Padding is with zeros, as clrs
   already pads inside a batch; `features.lengths` is unchanged, so losses and
@@ -116,7 +116,6 @@ MIN_STRING_MATCHER_NODES = 2 * abs(_TRAIN_LENGTH_NEEDLE) + 1
 _STRING_MATCHER_VAL_LENGTH = 20
 
 _CACHE_FORMAT = 1
-TIME_GRANULE = 8  # time buckets beyond the measured max T are multiples of this
 _CACHE_ENV = "NAR_MARKOV_CACHE"
 _TRAJECTORY_LENGTHS_FILE = (pathlib.Path(__file__).resolve().parent /
                             "clrs30_trajectory_lengths.json")
@@ -187,16 +186,21 @@ def _trajectory_lengths() -> Dict[str, Any]:
 def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
   """Hint time length to pad a train batch of max length `T` to.
 
-  The measured max T of (algorithm, nb_nodes) if `T` fits, else `T` rounded
-  up to a multiple of TIME_GRANULE (sizes that were not measured too). A power
-  of two would waste up to 2x of every step's compute for the rest of the run
-  (mst_kruskal at 16 nodes: 147 -> 256); the granule wastes < 8 steps.
+  The measured max T of (algorithm, nb_nodes) if `T` fits, else `T` rounded up
+  to a multiple of 2**(bit_length(T) - 4) (sizes that were not measured too):
+  at most 1/8 of padding on top of dm-clrs's own (T <= 15 is not rounded at
+  all; 147 -> 160). Coarser rules cost every later step of the run: a
+  multiple of 8 turned bfs's T = 9 at 11 nodes into 16, 1.8x the step time.
+  dm-clrs's T per sampler is its running max, which grows rarely, so the
+  number of shapes stays bounded either way.
   """
   measured = _trajectory_lengths()[check_algorithm(algorithm)][
       "train_T"].get(str(int(nb_nodes)))
+  T = max(1, int(T))
   if measured is not None and T <= measured:
     return int(measured)
-  return -(-max(1, int(T)) // TIME_GRANULE) * TIME_GRANULE
+  granule = 1 << max(0, T.bit_length() - 4)
+  return -(-T // granule) * granule
 
 
 def pad_time(feedback: clrs.Feedback, T: int) -> clrs.Feedback:

@@ -286,11 +286,11 @@ def run_multitask_experiment(*,
           f"run is on {list(algorithms)}; use another results_dir")
   if (len(existing) == len(algorithms) and None not in existing.values()
       and not ckpt_path.exists()):
-    train._log(f"{model}/seed{seed}: all {len(algorithms)} results exist; "  # pylint: disable=protected-access
+    train.log(f"{model}/seed{seed}: all {len(algorithms)} results exist; "  # pylint: disable=protected-access
                "nothing to do")
     return existing
 
-  state = train._load_checkpoint(ckpt_path)  # pylint: disable=protected-access
+  state = train.load_checkpoint(ckpt_path)  # pylint: disable=protected-access
   if state is not None and list(state["algorithms"]) != list(algorithms):
     raise ValueError(
         f"checkpoint {ckpt_path} is for algorithms {state['algorithms']}, this "
@@ -313,7 +313,7 @@ def run_multitask_experiment(*,
   nb_dims = [model_lib.nb_dims_of(v) for v in vals]
   test_batch_sizes = [
       int(test_batch_size) if test_batch_size is not None else
-      train._default_test_batch_size(  # pylint: disable=protected-access
+      train.default_test_batch_size(  # pylint: disable=protected-access
           spec, data.nb_nodes_of(test), hidden_size)
       for spec, test in zip(specs, tests)]
   optimizer = train.make_optimizer(learning_rate, schedule_steps or train_steps,
@@ -325,7 +325,7 @@ def run_multitask_experiment(*,
     for stream, stream_state in zip(streams, state["streams"]):
       stream.load_state_dict(stream_state)
     params, opt_state = state["params"], state["opt_state"]
-    train._log(f"resuming {model}/seed{seed} ({len(algorithms)} algorithms) "  # pylint: disable=protected-access
+    train.log(f"resuming {model}/seed{seed} ({len(algorithms)} algorithms) "  # pylint: disable=protected-access
                f"from step {state['step']}")
   else:
     init_features = [next(iter(data.eval_batches(v, val_batch_size)))[0].features
@@ -336,7 +336,7 @@ def run_multitask_experiment(*,
              "algorithms": list(algorithms), "seed": int(seed), "step": 0,
              "best_val_mean": -1.0, "best_step": None, "best_params": None,
              "best_val_scores": None,
-             "curves": {alg: train._empty_curves() for alg in algorithms},  # pylint: disable=protected-access
+             "curves": {alg: train.empty_curves() for alg in algorithms},  # pylint: disable=protected-access
              "train_time_s": 0.0, "eval_time_s": 0.0, "diverged_step": None,
              "test_results": {}}
   curves = state["curves"]
@@ -419,7 +419,7 @@ def run_multitask_experiment(*,
       t_train += time.time() - t0
       if bad is not None:
         diverged_step = bad
-        train._log(f"non-finite loss at step {bad}: run diverged")  # pylint: disable=protected-access
+        train.log(f"non-finite loss at step {bad}: run diverged")  # pylint: disable=protected-access
         break
     else:
       t_train += time.time() - t0
@@ -429,7 +429,7 @@ def run_multitask_experiment(*,
         last_report = time.time()
         losses_now = ", ".join(f"{alg} {curves[alg]['train']['loss'][-1]:.3f}"
                                for alg in algorithms)
-        train._log(  # pylint: disable=protected-access
+        train.log(  # pylint: disable=protected-access
             f"{model}/seed{seed} step {step}/{train_steps} loss [{losses_now}] "
             f"mean val {mean:.4f} (best {state['best_val_mean']:.4f} @ "
             f"{state['best_step']}) {step / max(t_train, 1e-9):.2f} steps/s")
@@ -493,11 +493,11 @@ def run_multitask_experiment(*,
     out_dir = result_paths[alg].parent
     train.atomic_write_bytes(out_dir / "config.gin", config_gin)
     train.atomic_write_bytes(result_paths[alg], json.dumps(
-        train._jsonable(result), indent=1).encode())  # pylint: disable=protected-access
+        train.jsonable(result), indent=1).encode())  # pylint: disable=protected-access
     results[alg] = result
   if ckpt_path.exists():
     ckpt_path.unlink()  # only now: every result file is on disk
-  train._log(  # pylint: disable=protected-access
+  train.log(  # pylint: disable=protected-access
       f"wrote {len(results)} results of {model}/seed{seed}: " + ", ".join(
           f"{alg} {'diverged' if r['test_score'] is None else round(r['test_score'], 4)}"
           for alg, r in results.items()))

@@ -85,17 +85,17 @@ def _finite_or_none(x):
   return x if math.isfinite(x) else None
 
 
-def _jsonable(obj):
+def jsonable(obj):
   if isinstance(obj, dict):
-    return {str(k): _jsonable(v) for k, v in obj.items()}
+    return {str(k): jsonable(v) for k, v in obj.items()}
   if isinstance(obj, (list, tuple)):
-    return [_jsonable(v) for v in obj]
+    return [jsonable(v) for v in obj]
   if isinstance(obj, (np.floating, float)):
     return _finite_or_none(obj)
   if isinstance(obj, (np.integer,)):
     return int(obj)
   if isinstance(obj, np.ndarray):
-    return _jsonable(obj.tolist())
+    return jsonable(obj.tolist())
   return obj
 
 
@@ -251,7 +251,7 @@ def _slice_dp(dp, n):
 # -- the run ---------------------------------------------------------------------
 
 
-def _default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
+def default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
                              budget_bytes: float = 512 * 2**20) -> int:
   """Keep one evaluation step's biggest tensor within `budget_bytes`.
 
@@ -284,7 +284,7 @@ def setup_compilation_cache(path: Optional[str] = None) -> Optional[str]:
   return jax.config.jax_compilation_cache_dir
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
   print(f"[nar_markov] {msg}", file=sys.stderr, flush=True)
 
 
@@ -352,7 +352,7 @@ def run_experiment(*,
   out_dir = run_dir(results_dir, model, algorithm, seed)
   result_path = out_dir / RESULT_NAME
   if result_path.exists():
-    _log(f"{result_path} exists; nothing to do")
+    log(f"{result_path} exists; nothing to do")
     return json.loads(result_path.read_text())
   out_dir.mkdir(parents=True, exist_ok=True)
   gin_str = gin.config_str()
@@ -370,24 +370,24 @@ def run_experiment(*,
   nb_dims = model_lib.nb_dims_of(val)
   test_nodes = test.features.inputs[0].data.shape[1]
   if test_batch_size is None:
-    test_batch_size = _default_test_batch_size(spec, test_nodes, hidden_size)
+    test_batch_size = default_test_batch_size(spec, test_nodes, hidden_size)
 
   optimizer = make_optimizer(learning_rate, schedule_steps or train_steps,
                              grad_clip_max_norm)
   net = Model([spec], [nb_dims], config, optimizer)
 
   ckpt_path = out_dir / CHECKPOINT_NAME
-  state = _load_checkpoint(ckpt_path)
+  state = load_checkpoint(ckpt_path)
   if state is not None:
     stream.load_state_dict(state["stream"])
     params, opt_state = state["params"], state["opt_state"]
-    _log(f"resuming {model}/{algorithm}/seed{seed} from step {state['step']}")
+    log(f"resuming {model}/{algorithm}/seed{seed} from step {state['step']}")
   else:
     init_batch = next(iter(data.eval_batches(val, val_batch_size)))[0]
     params = net.init(jax.random.PRNGKey(seed), [init_batch.features])
     opt_state = optimizer.init(params)
     state = {"step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
-             "curves": _empty_curves(), "train_time_s": 0.0, "eval_time_s": 0.0,
+             "curves": empty_curves(), "train_time_s": 0.0, "eval_time_s": 0.0,
              "diverged_step": None}
   curves = state["curves"]
   step = state["step"]
@@ -463,7 +463,7 @@ def run_experiment(*,
       t_train += time.time() - t0
       if bad is not None:
         diverged_step = bad
-        _log(f"non-finite loss at step {bad}: run diverged")
+        log(f"non-finite loss at step {bad}: run diverged")
         break
     else:
       t_train += time.time() - t0
@@ -472,7 +472,7 @@ def run_experiment(*,
       if progress and (time.time() - last_report > 10 or step == train_steps):
         last_report = time.time()
         elapsed = t_train
-        _log(f"{model}/{algorithm}/seed{seed} step {step}/{train_steps} "
+        log(f"{model}/{algorithm}/seed{seed} step {step}/{train_steps} "
              f"loss {curves['train']['loss'][-1]:.4f} val {res['score']:.4f} "
              f"(best {state['best_val']:.4f} @ {state['best_step']}) "
              f"{step / max(elapsed, 1e-9):.2f} steps/s")
@@ -521,15 +521,15 @@ def run_experiment(*,
       "versions": package_versions(),
       "gin_config": gin_str,
   }
-  atomic_write_bytes(result_path, json.dumps(_jsonable(result), indent=1).encode())
+  atomic_write_bytes(result_path, json.dumps(jsonable(result), indent=1).encode())
   if ckpt_path.exists():
     ckpt_path.unlink()
-  _log(f"wrote {result_path}: status {result['status']}, test "
+  log(f"wrote {result_path}: status {result['status']}, test "
        f"{result['test_score'] if result['test_score'] is None else round(result['test_score'], 4)}")
   return result
 
 
-def _empty_curves():
+def empty_curves():
   return {
       "train": {"step": [], "loss": [], "output_loss": [], "hint_loss": [],
                 "gate_penalty": [], "gate_term": []},
@@ -538,14 +538,14 @@ def _empty_curves():
   }
 
 
-def _load_checkpoint(path: pathlib.Path):
+def load_checkpoint(path: pathlib.Path):
   if not path.exists():
     return None
   try:
     with open(path, "rb") as f:
       return pickle.load(f)
   except Exception as e:  # a checkpoint cut short by a kill: start over, loudly
-    _log(f"WARNING: unreadable checkpoint {path} ({e!r}); starting from step 0")
+    log(f"WARNING: unreadable checkpoint {path} ({e!r}); starting from step 0")
     return None
 
 

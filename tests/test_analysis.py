@@ -628,3 +628,14 @@ def test_golden_tables_compile_with_pdflatex(tmp_path, mode):
     timeout=120,
   )
   assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_comparison_markdown_puts_ours_next_to_the_paper(tmp_path):
+  make_tables.make_all(RESULTS, tmp_path, log=lambda *_: None)
+  lines = (tmp_path / "comparison.md").read_text().splitlines()
+  assert lines[0].startswith("| Algorithm | Baseline (ours) | (paper) | ForgetNet (ours) |")
+  assert "Baseline, multi-task (ours)" in lines[0]
+  ins = next(l for l in lines if l.startswith("| Insertion Sort |")).split(" | ")
+  assert ins[1:3] == ["72.00 ± 2.00", "70.62 ± 8.26"]   # baseline: ours, paper
+  assert ins[5:7] == ["99.00 ± 0.50", "98.40 ± 0.21"]   # G-ForgetNet: ours, paper
+  assert not any(l.startswith("| DFS |") for l in lines)  # no results, no row

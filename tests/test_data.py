@@ -332,13 +332,13 @@ def test_time_bucket_rule():
   # bfs at 16 nodes: measured max T = 10.
   assert data.time_bucket("bfs", 16, 3) == 10
   assert data.time_bucket("bfs", 16, 10) == 10
-  assert data.time_bucket("bfs", 16, 11) == 16
-  assert data.time_bucket("bfs", 16, 17) == 24
-  assert data.time_bucket("mst_kruskal", 16, 147) == 152
+  assert data.time_bucket("bfs", 16, 11) == 11
+  assert data.time_bucket("bfs", 16, 17) == 18
+  assert data.time_bucket("mst_kruskal", 16, 147) == 160
   assert data.time_bucket("naive_string_matcher", 20, 26) == 26
-  assert data.time_bucket("naive_string_matcher", 20, 27) == 32
-  assert data.time_bucket("bfs", 5, 6) == 8  # size never measured
-  assert data.time_bucket("bfs", 5, 1) == 8
+  assert data.time_bucket("naive_string_matcher", 20, 27) == 28
+  assert data.time_bucket("bfs", 5, 6) == 6  # size never measured
+  assert data.time_bucket("bfs", 5, 1) == 1
 
 
 def test_bfs_train_stream_has_few_time_shapes():
@@ -349,15 +349,15 @@ def test_bfs_train_stream_has_few_time_shapes():
     batch = next(stream)
     T = batch.features.hints[0].data.shape[0]
     assert T >= batch.features.lengths.max()
-    # Each T is a bucket: the measured max or a multiple of TIME_GRANULE.
+    # Each T is a bucket: the measured max or a finely rounded T.
     assert T == data.time_bucket("bfs", nb_nodes, T)
     assert data.nb_nodes_of(batch) == nb_nodes
     shapes.setdefault(nb_nodes, set()).add(batch.features.hints[0].data.shape)
   assert sorted(shapes) == [4, 7, 11, 13, 16]
   # What the rule gives for seed 0 (dm-clrs 2.0.3; RandomState is stable): the
-  # measured max T where clrs's running max stays within it, else a multiple of 8.
+  # measured max T where clrs's running max stays within it, else ~T itself.
   assert {n: sorted(s[0] for s in v) for n, v in shapes.items()} == {
-      4: [4], 7: [7], 11: [16], 13: [10], 16: [10, 16]}
+      4: [4], 7: [7], 11: [9], 13: [10], 16: [10, 12]}
   # At most two buckets per length: clrs pads to the longest trajectory seen
   # so far, so T only grows, and one bucket boundary is all it crosses here.
   assert all(len(s) <= 2 for s in shapes.values()), shapes

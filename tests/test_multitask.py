@@ -139,7 +139,7 @@ def test_resume_is_exact(runs):
 
 def test_finished_job_is_not_run_again(runs, tmp_path):
   again = multitask.run_multitask_experiment(results_dir=str(runs["a"]), **TINY)
-  assert again == json.loads(json.dumps(train._jsonable(runs["results_a"])))
+  assert again == json.loads(json.dumps(train.jsonable(runs["results_a"])))
   other = dict(TINY, algorithms=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="belongs to a multi-task run"):
     multitask.run_multitask_experiment(results_dir=str(runs["a"]), **other)
@@ -198,7 +198,7 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
   for alg in ("minimum", "bfs"):
     on_disk = json.loads((train.run_dir(tmp_path, "baseline_multitask", alg, 0)
                           / train.RESULT_NAME).read_text())
-    assert on_disk == json.loads(json.dumps(train._jsonable(results[alg])))
+    assert on_disk == json.loads(json.dumps(train.jsonable(results[alg])))
     assert on_disk["status"] == "diverged" and on_disk["diverged_step"] == 1
     assert on_disk["steps"] == 1 and on_disk["test_score"] is None
   assert not (multitask.job_dir(tmp_path, "baseline_multitask", 0)

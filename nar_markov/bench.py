@@ -1,0 +1,802 @@
+"""Our baseline model vs dm-clrs's own `BaselineModel`, at identical settings.
+
+    python -m nar_markov.bench [--algorithms bfs,insertion_sort,dfs,floyd_warshall,naive_string_matcher]
+        [--steps 30] [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16]
+        [--compile-steps 200] [--compile-hidden H] [--ood/--no-ood] [--ood-samples K]
+        [--seed 0] [--out bench.json]
+
+For each algorithm, three measurements of the paper's baseline (our
+`train.Model` with `NetConfig(history='full')`, `train.make_optimizer`) and of
+`clrs.models.BaselineModel` built as `clrs/examples/run.py` builds it
+(triplet_gmpnn with layer norm and 8 triplet features, hints encoded and
+decoded, no teacher forcing, soft hint re-prediction, xavier_on_scalars, no
+LSTM, no dropout, one message-passing step, lr 1.5e-3, clipping at 1.0):
+
+1. Steady-state training steps/s, measured in this process, alternating.
+   Both consume the *same* train batches: one `ClrsTrainStream` draw (the
+   graphs of `data.TrainStream` for the same seed, with hints padded as dm-clrs
+   pads them: to the sampler's running max_steps), which our model receives
+   time-bucketed by `ours_batch` (exactly what `data.TrainStream` yields; the
+   test checks it). After a warm-up block per model (one batch per train
+   length), blocks of one batch per length go to ours then clrs (the order
+   flips every block) until each has `--steps` timed steps. A step is timed to
+   `jax.block_until_ready` of its outputs (ours) and `float(loss)` (clrs, as
+   run.py logs it); a step during which XLA compiled (a time bucket or a clrs
+   max_steps grew) is left out and counted. `steps_per_s` = 1 / median step
+   time; `ratio` = ours / clrs steps_per_s (> 1: ours is faster);
+   `ratio_mean` the same from mean step times (what a run over all sizes
+   sees); per size: `step_s_median_by_nb_nodes`, `hint_time_by_nb_nodes`.
+2. XLA compilations in a `--compile-steps` training run of each, in a fresh
+   subprocess with JAX's persistent compilation cache off, counted with a
+   `jax.monitoring` duration listener on '/jax/core/compile/backend_compile_duration'
+   (one event per backend compilation in jax 0.10.2, `pxla._cached_compilation`;
+   a persistent-cache hit would fire it too, hence the cache is off and its hit
+   events are counted as a check). Eager ops (optimizer init, rng keys)
+   compile too and are included; `by_function` splits the count, and
+   `train_step_compilations` counts the jitted train step alone. At
+   `--compile-hidden` (default `--hidden`): the number of compilations depends
+   on shapes over time, not on the width; compile seconds do.
+3. One OOD test pass (the whole official test split, 64 nodes, 32 x the
+   algorithm's num_samples_multiplier samples; `--ood-samples K`: the first K) in a
+   fresh subprocess each: wall time of the pass (its compilations included,
+   also reported apart), peak resident memory (the worker's own VmHWM; its
+   ru_maxrss is recorded too but includes the parent's RSS at spawn) and
+   the score. Ours: `train.evaluate_split` at `train.default_test_batch_size`;
+   clrs: run.py's `collect_and_eval` over batches of 32. Both untrained, from
+   different initial parameters, so the scores are not comparable.
+
+Ratios other than steps/s are ours / clrs of the quantity (< 1: ours uses
+less). Writes JSON (schema `nar_markov.bench/1`) after every algorithm and
+prints a markdown table to stdout; progress goes to stderr.
+
+Known differences kept on purpose: ours decays the learning rate (cosine over
+the protocol's 10,000 steps) where run.py's is constant; the cost is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import pathlib
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import clrs
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nar_markov import data
+from nar_markov import model as model_lib
+from nar_markov import train
+
+SCHEMA = "nar_markov.bench/1"
+DEFAULT_ALGORITHMS = ("bfs", "insertion_sort", "dfs", "floyd_warshall",
+                      "naive_string_matcher")
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+# run.py's settings (flags of clrs/examples/run.py, lr and clipping as ours).
+LEARNING_RATE = 1.5e-3
+GRAD_CLIP_MAX_NORM = 1.0
+NB_TRIPLET_FTS = 8
+PROTOCOL_TRAIN_STEPS = 10_000  # horizon of our cosine decay
+CLRS_TEST_BATCH_SIZE = 32      # run.py's test_batch_size
+# The jitted train step of each implementation, as the compile event names it.
+TRAIN_STEP_FUNCTION = {"ours": "jit(_train_step)", "clrs": "jit(_feedback)"}
+
+
+def _log(msg: str) -> None:
+  print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# -- compile accounting ----------------------------------------------------------
+
+
+class CompileCounter:
+  """Backend compilations (and their seconds) seen by jax.monitoring."""
+
+  def __init__(self):
+    self.count = 0
+    self.seconds = 0.0
+    self.trace_s = 0.0
+    self.lower_s = 0.0
+    self.cache_hits = 0
+    self.by_function: Dict[str, List[float]] = collections.defaultdict(
+        lambda: [0, 0.0])
+    jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+    jax.monitoring.register_event_listener(self._on_event)
+
+  def _on_duration(self, event: str, duration: float, **kwargs) -> None:
+    if event == BACKEND_COMPILE_EVENT:
+      self.count += 1
+      self.seconds += duration
+      entry = self.by_function[str(kwargs.get("fun_name", "?"))]
+      entry[0] += 1
+      entry[1] += duration
+    elif event == _TRACE_EVENT:
+      self.trace_s += duration
+    elif event == _LOWER_EVENT:
+      self.lower_s += duration
+
+  def _on_event(self, event: str, **kwargs) -> None:
+    del kwargs
+    if event == _CACHE_HIT_EVENT:
+      self.cache_hits += 1
+
+  def close(self) -> None:
+    jax.monitoring.unregister_event_duration_listener(self._on_duration)
+    jax.monitoring.unregister_event_listener(self._on_event)
+
+
+def disable_persistent_cache() -> Dict[str, Any]:
+  """A cache hit would hide a compilation's cost; train.py turns the cache on."""
+  jax.config.update("jax_enable_compilation_cache", False)
+  return {"jax_enable_compilation_cache": bool(jax.config.jax_enable_compilation_cache),
+          "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir}
+
+
+# -- data: one draw, two paddings -------------------------------------------------
+
+
+class ClrsTrainStream(data.TrainStream):
+  """`data.TrainStream`'s graphs with hints as dm-clrs pads them.
+
+  run.py feeds `BaselineModel` `sampler.next(batch_size)`, whose hints clrs
+  pads to the sampler's running max_steps (it only grows, so shapes change
+  now and then); this is TrainStream.__next__ without our `pad_time`. Same
+  seed, same samplers, same random `pos`.
+  """
+
+  def __next__(self) -> clrs.Feedback:
+    # Mirrors data.TrainStream.__next__; tests/test_bench.py checks that
+    # `ours_batch` of this equals TrainStream's batch, so a drift fails there.
+    feedback = self._samplers[self._next].next(self.batch_size)  # pylint: disable=protected-access
+    feedback = data.preprocess_feedback(self.algorithm, feedback, self._rng)  # pylint: disable=protected-access
+    self._next = (self._next + 1) % len(self.lengths)
+    self.batches_drawn += 1
+    return feedback
+
+
+def hint_time(feedback: clrs.Feedback) -> int:
+  return int(feedback.features.hints[0].data.shape[0])
+
+
+def ours_batch(algorithm: str, feedback: clrs.Feedback) -> clrs.Feedback:
+  """What `data.TrainStream` yields for this clrs-padded batch."""
+  return data.pad_time(feedback, data.time_bucket(
+      algorithm, data.nb_nodes_of(feedback), hint_time(feedback)))
+
+
+# -- the two implementations --------------------------------------------------------
+
+
+def build_ours(spec, nb_dims, hidden: int, rng_seed: int, init_feedback):
+  """(model, params, opt_state) of our baseline, as run_experiment builds it."""
+  config = model_lib.NetConfig(hidden_size=int(hidden), history="full",
+                               processor="triplet_gmpnn", use_ln=True,
+                               nb_triplet_fts=NB_TRIPLET_FTS,
+                               nb_msg_passing_steps=1,
+                               encoder_init="xavier_on_scalars")
+  optimizer = train.make_optimizer(LEARNING_RATE, PROTOCOL_TRAIN_STEPS,
+                                   GRAD_CLIP_MAX_NORM)
+  net = train.Model([spec], [nb_dims], config, optimizer)
+  params = net.init(jax.random.PRNGKey(rng_seed), [init_feedback.features])
+  opt_state = optimizer.init(params)
+  return net, params, opt_state
+
+
+def build_clrs(spec, dummy_feedback, hidden: int, init_seed: int):
+  """clrs.models.BaselineModel as clrs/examples/run.py main() builds it."""
+  if jax.local_device_count() > 1:
+    # BaselineModel pmaps over all local devices and then needs the batch
+    # split across them; run.py's single-device path is the one compared.
+    raise RuntimeError("dm-clrs BaselineModel needs exactly one local JAX "
+                       f"device, found {jax.local_device_count()}")
+  processor_factory = clrs.get_processor_factory(
+      "triplet_gmpnn", use_ln=True, nb_triplet_fts=NB_TRIPLET_FTS, nb_heads=1)
+  model = clrs.models.BaselineModel(
+      spec=[spec], dummy_trajectory=[dummy_feedback],
+      processor_factory=processor_factory, hidden_dim=int(hidden),
+      encode_hints=True, decode_hints=True, encoder_init="xavier_on_scalars",
+      use_lstm=False, learning_rate=LEARNING_RATE,
+      grad_clip_max_norm=GRAD_CLIP_MAX_NORM,
+      checkpoint_path=tempfile.gettempdir(), freeze_processor=False,
+      dropout_prob=0.0, hint_teacher_forcing=0.0, hint_repred_mode="soft",
+      nb_msg_passing_steps=1)
+  model.init([dummy_feedback.features], init_seed)
+  return model
+
+
+class OursTrainer:
+  """One train step at a time, as run_experiment's loop runs it."""
+
+  def __init__(self, algorithm, spec, hidden, seed, first_feedback):
+    self.algorithm = algorithm
+    self.net, self.params, self.opt_state = build_ours(
+        spec, model_lib.nb_dims_of(first_feedback), hidden, seed,
+        ours_batch(algorithm, first_feedback))
+    self._lambda = jnp.asarray(0.0, jnp.float32)
+    self._base_key = jax.random.PRNGKey(seed + 1)
+    self.step = 0
+
+  def prepare(self, clrs_feedback):
+    """Everything before the step proper (not timed): padding, the rng key."""
+    key = jax.random.fold_in(self._base_key, self.step)
+    return ours_batch(self.algorithm, clrs_feedback), key
+
+  def run(self, prepared) -> float:
+    feedback, key = prepared
+    self.params, self.opt_state, losses = self.net.train_step(
+        self.params, self.opt_state, feedback, self._lambda, 0, key)
+    jax.block_until_ready((self.params, self.opt_state, losses))
+    self.step += 1
+    return losses.total
+
+
+class ClrsTrainer:
+  """One `BaselineModel.feedback` at a time, as run.py's loop runs it."""
+
+  def __init__(self, spec, hidden, seed, first_feedback):
+    # run.py: rng_key from its RandomState(seed); init with seed + 1.
+    self.model = build_clrs(spec, first_feedback, hidden, seed + 1)
+    self._rng_key = jax.random.PRNGKey(np.random.RandomState(seed).randint(2**32))
+    self.step = 0
+
+  def prepare(self, clrs_feedback):
+    key, self._rng_key = jax.random.split(self._rng_key)
+    return clrs_feedback, key
+
+  def run(self, prepared) -> float:
+    feedback, key = prepared
+    loss = float(self.model.feedback(key, feedback, 0))
+    self.step += 1
+    return loss
+
+
+# -- 1. steady-state steps/s -------------------------------------------------------
+
+
+def _summary(times: Sequence[float], nb_nodes: Sequence[int],
+             hint_times: Sequence[int], excluded: int, warmup_s: float,
+             losses: Sequence[float]) -> Dict[str, Any]:
+  median = statistics.median(times)
+  per_size = collections.defaultdict(list)
+  hint_time_per_size = collections.defaultdict(set)
+  for t, n, T in zip(times, nb_nodes, hint_times):
+    per_size[n].append(t)
+    hint_time_per_size[n].add(T)
+  return {
+      "timed_steps": len(times),
+      "step_s_median": median,
+      "step_s_mean": statistics.fmean(times),
+      "steps_per_s": 1.0 / median,
+      "steps_per_s_mean": len(times) / sum(times),
+      "step_s_median_by_nb_nodes": {str(n): statistics.median(v)
+                                    for n, v in sorted(per_size.items())},
+      # The time axis each size was run at: ours is bucketed, clrs's grows.
+      "hint_time_by_nb_nodes": {str(n): sorted(v)
+                                for n, v in sorted(hint_time_per_size.items())},
+      "excluded_compiling_steps": int(excluded),
+      "warmup_s": warmup_s,
+      "last_loss": float(losses[-1]) if losses else None,
+  }
+
+
+def measure_steady_state(algorithm: str, *, steps: int = 30, hidden: int = 128,
+                         batch: int = 32,
+                         lengths: Sequence[int] = data.TRAIN_LENGTHS,
+                         seed: int = 0, counter: Optional[CompileCounter] = None
+                         ) -> Dict[str, Any]:
+  """Median train step time of ours and clrs's, alternating blocks."""
+  own_counter = counter is None
+  counter = counter or CompileCounter()
+  try:
+    stream = ClrsTrainStream(algorithm, seed=seed, batch_size=batch,
+                             lengths=tuple(lengths))
+    first = next(stream)
+    trainers = {"ours": OursTrainer(algorithm, stream.spec, hidden, seed, first),
+                "clrs": ClrsTrainer(stream.spec, hidden, seed, first)}
+    times = {k: [] for k in trainers}
+    sizes = {k: [] for k in trainers}
+    hint_times = {k: [] for k in trainers}
+    losses = {k: [] for k in trainers}
+    excluded = {k: 0 for k in trainers}
+    warmup_s = {}
+
+    def run_block(name, block, record):
+      trainer = trainers[name]
+      for feedback in block:
+        prepared = trainer.prepare(feedback)
+        compiles_before = counter.count
+        t0 = time.perf_counter()
+        loss = trainer.run(prepared)
+        dt = time.perf_counter() - t0
+        if not record:
+          continue
+        if counter.count != compiles_before:
+          excluded[name] += 1
+          continue
+        times[name].append(dt)
+        sizes[name].append(data.nb_nodes_of(feedback))
+        hint_times[name].append(hint_time(prepared[0]))
+        losses[name].append(float(loss))
+
+    # Warm-up: every train length once per model (the first draw included).
+    block = [first] + [next(stream) for _ in range(len(stream.lengths) - 1)]
+    warmup_compiles = {}
+    for name in trainers:
+      before = {k: v[0] for k, v in counter.by_function.items()}
+      t0 = time.perf_counter()
+      run_block(name, block, record=False)
+      warmup_s[name] = time.perf_counter() - t0
+      warmup_compiles[name] = (
+          counter.by_function[TRAIN_STEP_FUNCTION[name]][0]
+          - before.get(TRAIN_STEP_FUNCTION[name], 0))
+      _log(f"{algorithm}: {name} warm-up {warmup_s[name]:.1f}s ({len(block)} "
+           f"steps, {warmup_compiles[name]} train-step compilations)")
+
+    # Shapes only grow, so compiling steps stop; the cap guards a stream
+    # whose max_steps keeps growing.
+    max_blocks = 10 * (-(-steps // len(stream.lengths))) + 10
+    order = ["ours", "clrs"]
+    for b in range(max_blocks):
+      if min(len(t) for t in times.values()) >= steps:
+        break
+      block = [next(stream) for _ in stream.lengths]
+      for name in (order if b % 2 == 0 else order[::-1]):
+        run_block(name, block, record=True)
+    result = {name: _summary(times[name], sizes[name], hint_times[name],
+                             excluded[name], warmup_s[name], losses[name])
+              for name in trainers}
+    for name in trainers:
+      result[name]["warmup_train_step_compilations"] = int(warmup_compiles[name])
+    result["ratio"] = result["ours"]["steps_per_s"] / result["clrs"]["steps_per_s"]
+    # The mean over whole blocks is what a run over all train sizes sees;
+    # the median (the headline) is robust to a preempted step.
+    result["ratio_mean"] = (result["ours"]["steps_per_s_mean"]
+                            / result["clrs"]["steps_per_s_mean"])
+    _log(f"{algorithm}: steady state ours {result['ours']['steps_per_s']:.2f} "
+         f"steps/s, clrs {result['clrs']['steps_per_s']:.2f} steps/s, "
+         f"ratio {result['ratio']:.3f}")
+    return result
+  finally:
+    if own_counter:
+      counter.close()
+
+
+# -- 2. compilations in a training run (worker) --------------------------------------
+
+
+def compile_run(impl: str, algorithm: str, *, steps: int, hidden: int,
+                batch: int, lengths: Sequence[int], seed: int) -> Dict[str, Any]:
+  """A `steps`-step training run of `impl` in this (fresh) process."""
+  cache = disable_persistent_cache()
+  counter = CompileCounter()
+  t0 = time.perf_counter()
+  # Each gets what its own training loop is fed (train.py / run.py).
+  stream_cls = data.TrainStream if impl == "ours" else ClrsTrainStream
+  stream = stream_cls(algorithm, seed=seed, batch_size=batch,
+                      lengths=tuple(lengths))
+  first = next(stream)
+  if impl == "ours":
+    # OursTrainer pads again; padding a padded batch to its bucket is a no-op.
+    trainer = OursTrainer(algorithm, stream.spec, hidden, seed, first)
+  else:
+    trainer = ClrsTrainer(stream.spec, hidden, seed, first)
+  shapes = set()
+  feedback = first
+  for step in range(steps):
+    if step:
+      feedback = next(stream)
+    prepared = trainer.prepare(feedback)
+    shapes.add((data.nb_nodes_of(prepared[0]), hint_time(prepared[0])))
+    trainer.run(prepared)
+  wall_s = time.perf_counter() - t0
+  counter.close()
+  step_fn = counter.by_function.get(TRAIN_STEP_FUNCTION[impl], [0, 0.0])
+  return {
+      "compilations": counter.count,
+      "compile_s": counter.seconds,
+      "train_step_compilations": int(step_fn[0]),
+      "train_step_compile_s": float(step_fn[1]),
+      "trace_s": counter.trace_s,
+      "lower_s": counter.lower_s,
+      "train_shapes": len(shapes),
+      "by_function": {k: {"count": int(v[0]), "seconds": float(v[1])}
+                      for k, v in sorted(counter.by_function.items())},
+      "persistent_cache": cache,
+      "persistent_cache_hits": counter.cache_hits,
+      "steps": int(steps),
+      "wall_s": wall_s,
+  }
+
+
+# -- 3. one OOD test pass (worker) ---------------------------------------------------
+
+
+def _ru_maxrss_mb() -> float:
+  # Linux reports ru_maxrss in KiB.
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _peak_rss_mb() -> float:
+  """This process's peak resident memory (MiB): VmHWM where Linux has it.
+
+  ru_maxrss survives execve and a spawned child starts from the spawning
+  process's RSS (the bench parent holds GBs of compiled models), so it
+  over-reports a worker; VmHWM belongs to the worker's own address space.
+  """
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024.0  # kB
+  except OSError:
+    pass
+  return _ru_maxrss_mb()
+
+
+def ood_pass(impl: str, algorithm: str, *, hidden: int,
+             samples: Optional[int], seed: int) -> Dict[str, Any]:
+  """One untrained pass over the test split (first `samples`), in this process."""
+  cache = disable_persistent_cache()
+  counter = CompileCounter()
+  t0 = time.perf_counter()
+  test = data.load_split(algorithm, "test")
+  if samples:
+    test = data.take_samples(test, samples)
+  samples = data.nb_samples_of(test)
+  spec = data.get_spec(algorithm)
+  load_s = time.perf_counter() - t0
+  # Parameters do not depend on nb_nodes or the batch: initialise on one
+  # sample, so init's memory does not count as the pass's.
+  init_feedback = data.take_samples(test, 1)
+  nb_nodes = data.nb_nodes_of(test)
+  if impl == "ours":
+    batch_size = train.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
+    net, params, _ = build_ours(spec, model_lib.nb_dims_of(test), hidden, seed,
+                                init_feedback)
+    run = lambda: train.evaluate_split(net, params, test, 0, batch_size,
+                                       with_hints=False)
+  else:
+    from clrs.examples import run as clrs_run  # pylint: disable=g-import-not-at-top
+    batch_size = CLRS_TEST_BATCH_SIZE
+    if samples % batch_size:
+      raise ValueError(f"{samples} test samples: run.py scores whole batches "
+                       f"of {batch_size}; --ood-samples must be a multiple")
+    model = build_clrs(spec, init_feedback, hidden, seed + 1)
+    def run():
+      batches = (b for b, _ in data.eval_batches(test, batch_size))
+      return clrs_run.collect_and_eval(
+          batches, model.predict, samples, jax.random.PRNGKey(seed), extras=None)
+  rss_before_mb = _peak_rss_mb()
+  compiles_before, compile_s_before = counter.count, counter.seconds
+  t0 = time.perf_counter()
+  res = run()
+  wall_s = time.perf_counter() - t0
+  counter.close()
+  return {
+      "wall_s": wall_s,
+      "compilations": counter.count - compiles_before,
+      "compile_s": counter.seconds - compile_s_before,
+      "peak_rss_mb": _peak_rss_mb(),
+      "peak_rss_before_pass_mb": rss_before_mb,
+      "ru_maxrss_mb": _ru_maxrss_mb(),
+      "score": float(res["score"]),
+      "samples": int(samples),
+      "nb_nodes": int(nb_nodes),
+      "batch_size": int(batch_size),
+      "load_s": load_s,
+      "persistent_cache": cache,
+  }
+
+
+# -- subprocess plumbing -------------------------------------------------------------
+
+
+def _worker_env() -> Dict[str, str]:
+  env = dict(os.environ)
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  env["NAR_MARKOV_JAX_CACHE"] = "off"
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # clrs imports TensorFlow
+  return env
+
+
+class _Worker:
+  """`compile_run` / `ood_pass` in a fresh interpreter (clean counts, own RSS)."""
+
+  def __init__(self, kind: str, impl: str, algorithm: str, **kwargs):
+    self.name = f"{kind}/{impl}/{algorithm}"
+    self._tmp = tempfile.TemporaryDirectory(prefix="nar_markov_bench_")
+    self._out = pathlib.Path(self._tmp.name) / "result.json"
+    cmd = [sys.executable, "-m", "nar_markov.bench", "--worker", kind,
+           "--impl", impl, "--algorithms", algorithm,
+           "--worker-out", str(self._out)]
+    for key, value in kwargs.items():
+      if value is None:  # the worker's default
+        continue
+      if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+      cmd += [f"--{key.replace('_', '-')}", str(value)]
+    _log(f"{algorithm}: {impl} {kind} worker (fresh process)")
+    self._t0 = time.perf_counter()
+    # Its stderr is ours: a failure's traceback shows above our error.
+    self._proc = subprocess.Popen(cmd, env=_worker_env(),
+                                  stdout=subprocess.DEVNULL)
+
+  def result(self) -> Dict[str, Any]:
+    try:
+      returncode = self._proc.wait()
+      if returncode != 0 or not self._out.exists():
+        raise RuntimeError(f"bench worker {self.name} failed (exit "
+                           f"{returncode}); see its stderr above")
+      result = json.loads(self._out.read_text())
+      result["process_s"] = time.perf_counter() - self._t0
+      return result
+    finally:
+      self._tmp.cleanup()
+
+  def kill(self) -> None:
+    if self._proc.poll() is None:
+      self._proc.kill()
+      self._proc.wait()
+    self._tmp.cleanup()
+
+
+def run_worker(kind: str, impl: str, algorithm: str, **kwargs) -> Dict[str, Any]:
+  return _Worker(kind, impl, algorithm, **kwargs).result()
+
+
+def measure_compiles(algorithm: str, *, steps: int, hidden: int, batch: int,
+                     lengths: Sequence[int], seed: int,
+                     parallel: bool = False) -> Dict[str, Any]:
+  """Both compile-counting runs; `parallel` runs them at once (counts are
+  unaffected, compile seconds are inflated by the shared CPU)."""
+  kwargs = dict(compile_steps=steps, hidden=hidden, batch=batch,
+                lengths=list(lengths), seed=seed)
+  res = {}
+  if parallel:
+    workers = {impl: _Worker("compile", impl, algorithm, **kwargs)
+               for impl in ("ours", "clrs")}
+    try:
+      res = {impl: w.result() for impl, w in workers.items()}
+    finally:
+      for w in workers.values():
+        w.kill()  # only the other one, if one of them failed
+  for impl in ("ours", "clrs"):
+    if impl not in res:
+      res[impl] = run_worker("compile", impl, algorithm, **kwargs)
+    _log(f"{algorithm}: {impl} {steps}-step run: {res[impl]['compilations']} "
+         f"compilations, {res[impl]['compile_s']:.1f}s compiling "
+         f"({res[impl]['train_step_compilations']} of the train step)")
+  res["hidden"] = int(hidden)
+  res["steps"] = int(steps)
+  res["parallel"] = bool(parallel)
+  res["ratio_compilations"] = _ratio(res["ours"]["compilations"],
+                                     res["clrs"]["compilations"])
+  res["ratio_compile_s"] = _ratio(res["ours"]["compile_s"], res["clrs"]["compile_s"])
+  return res
+
+
+def measure_ood(algorithm: str, *, hidden: int, samples: Optional[int], seed: int
+                ) -> Dict[str, Any]:
+  res = {}
+  for impl in ("ours", "clrs"):
+    res[impl] = run_worker("ood", impl, algorithm, hidden=hidden,
+                           ood_samples=samples, seed=seed)
+    _log(f"{algorithm}: {impl} OOD pass {res[impl]['wall_s']:.1f}s, peak "
+         f"{res[impl]['peak_rss_mb'] / 1024:.2f} GiB, score {res[impl]['score']:.4f}")
+  res["ratio_wall_s"] = _ratio(res["ours"]["wall_s"], res["clrs"]["wall_s"])
+  res["ratio_peak_rss"] = _ratio(res["ours"]["peak_rss_mb"], res["clrs"]["peak_rss_mb"])
+  return res
+
+
+def _ratio(a, b) -> Optional[float]:
+  return float(a) / float(b) if b else None
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def machine_info() -> Dict[str, Any]:
+  try:
+    affinity = len(os.sched_getaffinity(0))
+  except AttributeError:
+    affinity = None
+  return {"cpu_count": os.cpu_count(), "cpu_affinity": affinity,
+          "platform": platform.platform(), "processor": platform.processor(),
+          "machine": platform.machine(), "node": platform.node(),
+          "jax_backend": jax.default_backend(),
+          "jax_devices": [str(d) for d in jax.devices()],
+          "loadavg": list(os.getloadavg())}
+
+
+def _fmt(x, spec=".2f"):
+  return "n/a" if x is None else format(x, spec)
+
+
+def markdown_table(report: Dict[str, Any]) -> str:
+  rows = ["| algorithm | ours steps/s | clrs steps/s | ratio | ratio (mean) "
+          "| ours compiles (s) | clrs compiles (s) | ours OOD s / GiB / score "
+          "| clrs OOD s / GiB / score |",
+          "|---|---|---|---|---|---|---|---|---|"]
+  for algorithm, res in report["algorithms"].items():
+    ss, cc, ood = res["steady_state"], res.get("compile"), res.get("ood")
+    cells = [algorithm, _fmt(ss["ours"]["steps_per_s"]),
+             _fmt(ss["clrs"]["steps_per_s"]), _fmt(ss["ratio"], ".3f"),
+             _fmt(ss["ratio_mean"], ".3f")]
+    for impl in ("ours", "clrs"):
+      cells.append("skipped" if cc is None else
+                   f"{cc[impl]['compilations']} ({cc[impl]['compile_s']:.1f})")
+    for impl in ("ours", "clrs"):
+      cells.append("skipped" if ood is None else
+                   f"{ood[impl]['wall_s']:.1f} / {ood[impl]['peak_rss_mb'] / 1024:.2f}"
+                   f" / {ood[impl]['score']:.3f}")
+    rows.append("| " + " | ".join(cells) + " |")
+  s = report["settings"]
+  rows.append("")
+  rows.append(f"hidden {s['hidden']}, batch {s['batch']}, >= {s['steps']} timed "
+              f"steps each; compiles: {s['compile_steps']}-step runs at hidden "
+              f"{s['compile_hidden']}; ratio = ours/clrs steps/s; "
+              f"{report['machine']['cpu_count']} CPUs, jax {report['versions']['jax']}, "
+              f"{report['date']}")
+  return "\n".join(rows)
+
+
+def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
+              batch: int = 32, lengths: Sequence[int] = data.TRAIN_LENGTHS,
+              compile_steps: int = 200, compile_hidden: Optional[int] = None,
+              parallel_compile_workers: bool = False,
+              ood: bool = True, ood_samples: Optional[int] = None, seed: int = 0,
+              out: Optional[str] = None,
+              argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+  """All three measurements for each algorithm; the report dict (also `out`)."""
+  compile_hidden = int(compile_hidden or hidden)
+  report = {
+      "schema": SCHEMA,
+      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec="seconds"),
+      "machine": machine_info(),
+      "versions": train.package_versions(),
+      "settings": {
+          "algorithms": list(algorithms), "steps": int(steps),
+          "hidden": int(hidden), "batch": int(batch),
+          "lengths": [int(n) for n in lengths], "seed": int(seed),
+          "compile_steps": int(compile_steps), "compile_hidden": compile_hidden,
+          "parallel_compile_workers": bool(parallel_compile_workers),
+          "ood": bool(ood), "ood_samples": None if ood_samples is None else int(ood_samples),
+          "clrs_test_batch_size": CLRS_TEST_BATCH_SIZE,
+          "learning_rate": LEARNING_RATE,
+          "grad_clip_max_norm": GRAD_CLIP_MAX_NORM,
+          "ours_lr_schedule": f"cosine over {PROTOCOL_TRAIN_STEPS} steps",
+          "clrs_lr_schedule": "constant",
+          "processor": "triplet_gmpnn", "use_ln": True,
+          "nb_triplet_fts": NB_TRIPLET_FTS, "nb_msg_passing_steps": 1,
+          "hint_mode": "encoded_decoded", "hint_teacher_forcing": 0.0,
+          "hint_repred_mode": "soft", "encoder_init": "xavier_on_scalars",
+          "use_lstm": False, "dropout_prob": 0.0,
+          "persistent_compilation_cache": False,
+          "command": list(argv) if argv is not None else None,
+      },
+      "algorithms": {},
+  }
+  counter = CompileCounter()
+  try:
+    for algorithm in algorithms:
+      data.check_algorithm(algorithm)
+      _log(f"{algorithm}: steady state (hidden {hidden}, batch {batch})")
+      res = {"train_lengths": list(data.train_lengths(algorithm, lengths))}
+      res["steady_state"] = measure_steady_state(
+          algorithm, steps=steps, hidden=hidden, batch=batch, lengths=lengths,
+          seed=seed, counter=counter)
+      res["compile"] = None
+      if compile_steps > 0:
+        res["compile"] = measure_compiles(
+            algorithm, steps=compile_steps, hidden=compile_hidden, batch=batch,
+            lengths=lengths, seed=seed, parallel=parallel_compile_workers)
+      res["ood"] = None
+      if ood:
+        res["ood"] = measure_ood(algorithm, hidden=hidden, samples=ood_samples,
+                                 seed=seed)
+      report["algorithms"][algorithm] = res
+      report["machine"]["loadavg_end"] = list(os.getloadavg())
+      if out:  # after every algorithm: a long run keeps what it measured
+        train.atomic_write_bytes(pathlib.Path(out), json.dumps(
+            train.jsonable(report), indent=1).encode())  # pylint: disable=protected-access
+  finally:
+    counter.close()
+  return report
+
+
+# -- CLI -----------------------------------------------------------------------------
+
+
+def _int_list(s: str) -> List[int]:
+  return [int(x) for x in s.split(",") if x.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(
+      prog="python -m nar_markov.bench",
+      description="Our baseline vs dm-clrs's BaselineModel: steps/s, XLA "
+                  "compilations, OOD test pass time and memory.")
+  p.add_argument("--algorithms", default=",".join(DEFAULT_ALGORITHMS),
+                 help="comma-separated CLRS-30 names")
+  p.add_argument("--steps", type=int, default=30,
+                 help="timed steady-state steps per implementation (minimum)")
+  p.add_argument("--hidden", type=int, default=128)
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--lengths", type=_int_list, default=list(data.TRAIN_LENGTHS),
+                 help="train sizes (string matchers: max * 5 // 4)")
+  p.add_argument("--compile-steps", type=int, default=200,
+                 help="length of the compile-counting runs; 0 skips them")
+  p.add_argument("--compile-hidden", type=int, default=None,
+                 help="hidden size of the compile-counting runs (default --hidden)")
+  p.add_argument("--parallel-compile-workers", action="store_true",
+                 help="run the two compile-counting runs at once: same counts, "
+                      "compile seconds inflated by the shared CPU")
+  p.add_argument("--ood", action=argparse.BooleanOptionalAction, default=True,
+                 help="time one OOD test pass of each (dm-clrs floyd_warshall: "
+                      "~650 s, ~19.5 GB)")
+  p.add_argument("--ood-samples", type=int, default=None,
+                 help="first K test samples (default: the whole split)")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--out", default="bench.json", help="JSON report path")
+  # Internal: one measurement in a fresh process.
+  p.add_argument("--worker", choices=("compile", "ood"), help=argparse.SUPPRESS)
+  p.add_argument("--impl", choices=("ours", "clrs"), help=argparse.SUPPRESS)
+  p.add_argument("--worker-out", help=argparse.SUPPRESS)
+  return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  args = _parser().parse_args(argv)
+  algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+  try:
+    for a in algorithms:
+      data.check_algorithm(a)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+  if args.worker:
+    if args.worker == "compile":
+      result = compile_run(args.impl, algorithms[0], steps=args.compile_steps,
+                           hidden=args.hidden, batch=args.batch,
+                           lengths=args.lengths, seed=args.seed)
+    else:
+      result = ood_pass(args.impl, algorithms[0], hidden=args.hidden,
+                        samples=args.ood_samples, seed=args.seed)
+    pathlib.Path(args.worker_out).write_text(json.dumps(train.jsonable(result)))  # pylint: disable=protected-access
+    return 0
+
+  disable_persistent_cache()
+  report = run_bench(algorithms, steps=args.steps, hidden=args.hidden,
+                     batch=args.batch, lengths=args.lengths,
+                     compile_steps=args.compile_steps,
+                     compile_hidden=args.compile_hidden,
+                     parallel_compile_workers=args.parallel_compile_workers,
+                     ood=args.ood,
+                     ood_samples=args.ood_samples, seed=args.seed, out=args.out,
+                     argv=["python", "-m", "nar_markov.bench"] + argv)
+  print(markdown_table(report))
+  if args.out:
+    _log(f"wrote {args.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,101 @@
+"""The benchmark against dm-clrs: same graphs for both, a well-formed report."""
+
+import json
+
+import numpy as np
+
+from nar_markov import bench
+from nar_markov import data
+
+
+def _arrays(feedback):
+  features = feedback.features
+  points = list(features.inputs) + list(features.hints) + list(feedback.outputs)
+  return [(dp.name, dp.data) for dp in points] + [("lengths", features.lengths)]
+
+
+def test_both_models_get_the_same_graphs_as_train_stream():
+  """clrs's batch is TrainStream's before our time bucketing, bit for bit."""
+  ours = data.TrainStream("bfs", seed=3, batch_size=4, lengths=(4, 7))
+  theirs = bench.ClrsTrainStream("bfs", seed=3, batch_size=4, lengths=(4, 7))
+  for _ in range(4):
+    clrs_batch = next(theirs)
+    expected = next(ours)
+    got = bench.ours_batch("bfs", clrs_batch)
+    assert bench.hint_time(clrs_batch) <= bench.hint_time(got)
+    assert [n for n, _ in _arrays(got)] == [n for n, _ in _arrays(expected)]
+    for (name, a), (_, b) in zip(_arrays(got), _arrays(expected)):
+      np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_tiny_bench_report(tmp_path):
+  out = tmp_path / "bench.json"
+  # One train length keeps it to one train-step compilation per model and
+  # process; the compile counts still come from fresh worker processes (run
+  # side by side here: the counts do not depend on it).
+  report = bench.run_bench(["bfs"], steps=2, hidden=8, batch=4, lengths=(4,),
+                           compile_steps=2, parallel_compile_workers=True,
+                           ood=False, out=str(out))
+  on_disk = json.loads(out.read_text())
+  assert on_disk["schema"] == bench.SCHEMA
+  assert on_disk["settings"]["hidden"] == 8
+  assert on_disk["settings"]["compile_hidden"] == 8
+  assert on_disk["machine"]["cpu_count"] >= 1
+  res = on_disk["algorithms"]["bfs"]
+  assert res["train_lengths"] == [4]
+  steady = res["steady_state"]
+  for impl in ("ours", "clrs"):
+    s = steady[impl]
+    assert s["timed_steps"] >= 2
+    assert s["step_s_median"] > 0
+    assert s["steps_per_s"] == 1.0 / s["step_s_median"]
+    assert list(s["step_s_median_by_nb_nodes"]) == ["4"]
+    assert list(s["hint_time_by_nb_nodes"]) == ["4"]
+    assert np.isfinite(s["last_loss"])
+    # The warm-up compiled each model's train step once (the one shape),
+    # which also checks the compile events' function names.
+    assert s["warmup_train_step_compilations"] == 1
+  assert steady["ratio"] == (steady["ours"]["steps_per_s"]
+                             / steady["clrs"]["steps_per_s"])
+  assert steady["ratio_mean"] == (steady["ours"]["steps_per_s_mean"]
+                                  / steady["clrs"]["steps_per_s_mean"])
+  # Ours runs the same batch padded to its time bucket, never shorter.
+  assert (steady["ours"]["hint_time_by_nb_nodes"]["4"][0]
+          >= steady["clrs"]["hint_time_by_nb_nodes"]["4"][0])
+  compiles = res["compile"]
+  assert compiles["steps"] == 2 and compiles["hidden"] == 8
+  assert compiles["parallel"] is True
+  for impl in ("ours", "clrs"):
+    c = compiles[impl]
+    assert isinstance(c["compilations"], int) and c["compilations"] > 0
+    # One train length, one hint-time bucket: the train step compiles once.
+    assert c["train_step_compilations"] == 1
+    assert c["train_shapes"] == 1
+    assert c["compile_s"] > 0
+    assert c["persistent_cache_hits"] == 0
+    assert c["persistent_cache"]["jax_enable_compilation_cache"] is False
+    assert sum(f["count"] for f in c["by_function"].values()) == c["compilations"]
+  assert compiles["ratio_compilations"] == (compiles["ours"]["compilations"]
+                                            / compiles["clrs"]["compilations"])
+  assert res["ood"] is None
+  table = bench.markdown_table(report)
+  assert table.splitlines()[2].startswith("| bfs | ")
+  assert "skipped" in table
+
+
+def test_compile_counter_counts_one_compilation_per_shape():
+  import jax
+  import jax.numpy as jnp
+  counter = bench.CompileCounter()
+  try:
+    f = jax.jit(lambda x: x * 3.0 + 1.0)
+    x4, x5 = jnp.ones(4), jnp.ones(5)
+    before = {k: v[0] for k, v in counter.by_function.items()}
+    f(x4).block_until_ready()
+    f(x4).block_until_ready()
+    f(x5).block_until_ready()
+    counts = {k: v[0] - before.get(k, 0)
+              for k, v in counter.by_function.items()}
+    assert counts["jit(<lambda>)"] == 2
+  finally:
+    counter.close()
