@@ -255,15 +255,11 @@ def run_multitask_experiment(*,
   # ---- validate everything before touching the disk -------------------------
   model = check_model(model)
   algorithms = check_algorithms(algorithms)
-  for name, value in [("train_steps", train_steps), ("batch_size", batch_size),
-                      ("hidden_size", hidden_size),
-                      ("eval_every_steps", eval_every_steps),
-                      ("log_every_steps", log_every_steps),
-                      ("checkpoint_every_steps", checkpoint_every_steps)]:
-    if int(value) <= 0:
-      raise ValueError(f"{name} must be > 0, got {value}")
-  if not learning_rate > 0:
-    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+  train.check_protocol(train_steps=train_steps, batch_size=batch_size,
+                       hidden_size=hidden_size, eval_every_steps=eval_every_steps,
+                       log_every_steps=log_every_steps,
+                       checkpoint_every_steps=checkpoint_every_steps,
+                       learning_rate=learning_rate)
   history = MODELS[model]
   base_model = model[:-len(SUFFIX)]
   lambdas = {alg: (train.resolve_lambda(lambda_gate, alg, base_model)

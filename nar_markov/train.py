@@ -265,6 +265,15 @@ def default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
   return int(max(1, min(32, budget_bytes // per_sample)))
 
 
+def check_protocol(*, learning_rate: float, **counts: int) -> None:
+  """One clear error for a protocol value that cannot work (counts must be > 0)."""
+  for name, value in counts.items():
+    if int(value) <= 0:
+      raise ValueError(f"{name} must be > 0, got {value}")
+  if not learning_rate > 0:
+    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+
+
 def setup_compilation_cache(path: Optional[str] = None) -> Optional[str]:
   """Turn on JAX's persistent compilation cache (XLA compiles dominate short runs).
 
@@ -334,15 +343,11 @@ def run_experiment(*,
   algorithm = data.check_algorithm(algorithm)
   if model not in MODELS:
     raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
-  for name, value in [("train_steps", train_steps), ("batch_size", batch_size),
-                      ("hidden_size", hidden_size),
-                      ("eval_every_steps", eval_every_steps),
-                      ("log_every_steps", log_every_steps),
-                      ("checkpoint_every_steps", checkpoint_every_steps)]:
-    if int(value) <= 0:
-      raise ValueError(f"{name} must be > 0, got {value}")
-  if not learning_rate > 0:
-    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+  check_protocol(train_steps=train_steps, batch_size=batch_size,
+                 hidden_size=hidden_size, eval_every_steps=eval_every_steps,
+                 log_every_steps=log_every_steps,
+                 checkpoint_every_steps=checkpoint_every_steps,
+                 learning_rate=learning_rate)
   lam = resolve_lambda(lambda_gate, algorithm, model)
   config = model_lib.NetConfig(
       hidden_size=int(hidden_size), history=MODELS[model], processor=processor,
