@@ -97,6 +97,13 @@ from nar_markov import data
 from nar_markov import model as model_lib
 from nar_markov import train
 
+if __name__ == "__main__":
+  # `python -m nar_markov.multitask`: run the CLI of the imported module, so that
+  # gin knows run_multitask_experiment once (as nar_markov.multitask.*), not
+  # also as __main__.* -- which makes every binding of it ambiguous.
+  from nar_markov import multitask as _multitask  # pylint: disable=g-import-not-at-top
+  sys.exit(_multitask.main())
+
 SUFFIX = "_multitask"
 # Multi-task model name -> history policy (the single-task models' policies).
 MODELS = {name + SUFFIX: train.MODELS[name]
@@ -535,6 +542,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   print("\n".join(paths))
   return 0
 
-
-if __name__ == "__main__":
-  sys.exit(main())

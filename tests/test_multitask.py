@@ -1,6 +1,7 @@
 """One processor for many algorithms (paper App. "Multi-task experiments")."""
 
 import json
+import pathlib
 import pickle
 import re
 
@@ -285,3 +286,30 @@ def test_run_multitask_from_gin_survives_a_kill_during_testing(tmp_path, monkeyp
     assert max(result["curves"]["val"]["hidden_norm"]) == 0.0  # ForgetNet, Eq. 3
   assert json.loads(open(paths[0]).read())["test_score"] == ckpt["test_results"]["minimum"]["score"]
   assert not (multitask.job_dir(tmp_path, "forget_multitask", 2) / train.CHECKPOINT_NAME).exists()
+
+
+def test_cli_as_module_parses_gin_unambiguously(tmp_path, data_cache_dir):
+  """`python -m nar_markov.multitask` must not register its configurable twice
+  (__main__.* and nar_markov.multitask.*): gin would call every binding ambiguous."""
+  import os
+  import subprocess
+  import sys
+  params = ["run_multitask_experiment.algorithms=['bfs']",
+            "run_multitask_experiment.hidden_size=8",
+            "run_multitask_experiment.nb_triplet_fts=2",
+            "run_multitask_experiment.batch_size=4",
+            "run_multitask_experiment.train_lengths=[4]",
+            "run_multitask_experiment.train_steps=2",
+            "run_multitask_experiment.eval_every_steps=2",
+            "run_multitask_experiment.val_max_samples=4",
+            "run_multitask_experiment.test_max_samples=4"]
+  cmd = [sys.executable, "-m", "nar_markov.multitask", "--gin", "gin/multitask.gin",
+         "--seed", "0", "--results", str(tmp_path)]
+  for p in params:
+    cmd += ["--gin_param", p]
+  env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir),
+             NAR_MARKOV_JAX_CACHE=str(data_cache_dir / "jax"))
+  proc = subprocess.run(cmd, cwd=str(pathlib.Path(__file__).resolve().parents[1]),
+                        capture_output=True, text=True, env=env, timeout=900, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert (tmp_path / "forget_multitask" / "bfs" / "seed0" / "result.json").exists()
