@@ -301,7 +301,7 @@ def run_multitask_experiment(*,
 
   train.setup_compilation_cache()
   gin_str = gin.config_str()
-  config_gin = (gin_str or _bindings_as_gin(dict(
+  config_gin = (gin_str or train.bindings_as_gin("run_multitask_experiment", dict(
       model=model, algorithms=list(algorithms), seed=seed,
       train_steps=train_steps, batch_size=batch_size, hidden_size=hidden_size,
       learning_rate=learning_rate, lambda_gate=lambdas,
@@ -505,13 +505,6 @@ def run_multitask_experiment(*,
           f"{alg} {'diverged' if r['test_score'] is None else round(r['test_score'], 4)}"
           for alg, r in results.items()))
   return results
-
-
-def _bindings_as_gin(arguments: Mapping[str, Any]) -> str:
-  """config.gin for jobs started from Python without gin."""
-  lines = ["# run_multitask_experiment called without gin; its arguments:"]
-  lines += [f"run_multitask_experiment.{k} = {v!r}" for k, v in arguments.items()]
-  return "\n".join(lines) + "\n"
 
 
 def run_multitask_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,

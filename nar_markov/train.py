@@ -15,7 +15,6 @@ validation every 50 steps.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import json
 import math
@@ -361,7 +360,7 @@ def run_experiment(*,
     return json.loads(result_path.read_text())
   out_dir.mkdir(parents=True, exist_ok=True)
   gin_str = gin.config_str()
-  atomic_write_bytes(out_dir / "config.gin", (gin_str or _bindings_as_gin(locals_=dict(
+  atomic_write_bytes(out_dir / "config.gin", (gin_str or bindings_as_gin("run_experiment", dict(
       model=model, algorithm=algorithm, seed=seed, train_steps=train_steps,
       batch_size=batch_size, hidden_size=hidden_size, learning_rate=learning_rate,
       lambda_gate=lam))).encode())
@@ -554,11 +553,10 @@ def load_checkpoint(path: pathlib.Path):
     return None
 
 
-def _bindings_as_gin(locals_: Mapping[str, Any]) -> str:
-  """config.gin for runs started from Python without gin."""
-  lines = ["# run_experiment called without gin; its arguments:"]
-  for k, v in locals_.items():
-    lines.append(f"run_experiment.{k} = {v!r}")
+def bindings_as_gin(configurable: str, arguments: Mapping[str, Any]) -> str:
+  """config.gin for runs started from Python without gin: the call's arguments."""
+  lines = [f"# {configurable} called without gin; its arguments:"]
+  lines += [f"{configurable}.{k} = {v!r}" for k, v in arguments.items()]
   return "\n".join(lines) + "\n"
 
 
