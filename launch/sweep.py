@@ -15,6 +15,11 @@ queued or running; the rest go out as ONE submitit job array (resources:
 Bad input (unknown algorithm, missing gin file, unknown binding, ...) exits
 with code 2 before anything is submitted.
 
+SEEDS_PER_JOB = K > 1 (gin macro, gin/base.gin): the runs to submit of each
+(model, algorithm) go out in jobs of up to K seeds, trained together in one
+process with one vmapped step (nar_markov.train.run_experiment, K-seed mode);
+--dry-run lists the jobs.
+
 --cluster auto: slurm if `sbatch` is on PATH, else local.  local: the runs one
 after another on this machine, each in its own process (submitit
 LocalExecutor).  debug: in this process (submitit DebugExecutor; pdb on error).
@@ -167,15 +172,28 @@ class Manifest:
     self._write_atomic(self.path, json.dumps(self.data, indent=1).encode())
 
 
+def group_name(group) -> str:
+  """What one job trains, for progress lines."""
+  run = group[0]
+  if run.multitask:
+    return f"{run.model}/seed{run.seed} ({len(group)} algorithms)"
+  if run.seeds_per_job > 1:
+    return (f"{run.model}/{run.algorithm}/seeds "
+            f"{','.join(str(r.seed) for r in group)} ({len(group)} seeds in one job)")
+  return run.name
+
+
 def submit_slurm(executor, runs, manifest) -> List:
   from nar_markov import cluster  # pylint: disable=g-import-not-at-top
   jobs = []
-  groups = cluster.job_groups(runs)  # one job per run (multi-task: per seed)
+  # One job per run (multi-task: per seed; SEEDS_PER_JOB = K: up to K seeds).
+  groups = cluster.job_groups(runs)
   # One array per MAX_ARRAY_SIZE jobs (one array for any single-model sweep).
   for start in range(0, len(groups), cluster.MAX_ARRAY_SIZE):
     chunk = groups[start:start + cluster.MAX_ARRAY_SIZE]
-    args = list(zip(*[g[0].job_args() for g in chunk]))
-    chunk_jobs = executor.map_array(cluster.job_for(chunk[0][0]), *args)
+    calls = [cluster.job_call(g) for g in chunk]
+    args = list(zip(*[a for _, a in calls]))
+    chunk_jobs = executor.map_array(calls[0][0], *args)
     for group, job in zip(chunk, chunk_jobs):
       for run in group:
         manifest.add(job_record(run, job))
@@ -185,18 +203,20 @@ def submit_slurm(executor, runs, manifest) -> List:
 
 
 def run_sequentially(executor, runs, manifest, cluster_name) -> int:
-  """local/debug: one run at a time, with progress; returns the failure count."""
+  """local/debug: one job at a time, with progress; returns how many runs failed."""
   from nar_markov import cluster  # pylint: disable=g-import-not-at-top
   t_sweep = time.time()
   failures = 0
-  groups = cluster.job_groups(runs)  # one job per run (multi-task: per seed)
+  # One job per run (multi-task: per seed; SEEDS_PER_JOB = K: up to K seeds).
+  groups = cluster.job_groups(runs)
   n = len(groups)
   for i, group in enumerate(groups, 1):
     run = group[0]
-    name = (f"{run.model}/seed{run.seed} ({len(group)} algorithms)"
-            if run.multitask else run.name)
+    name = group_name(group)
+    several = run.multitask or run.seeds_per_job > 1
     t0 = time.time()
-    job = executor.submit(cluster.job_for(run), *run.job_args())
+    job_fn, job_args = cluster.job_call(group)
+    job = executor.submit(job_fn, *job_args)
     records = [job_record(r, job) for r in group]
     for record in records:
       manifest.add(record)
@@ -210,14 +230,16 @@ def run_sequentially(executor, runs, manifest, cluster_name) -> int:
       outcome = "done"
       missing = [p for p in paths if not pathlib.Path(p).exists()]
       if not paths or missing:
-        outcome, failures = "failed: no result.json written", failures + 1
+        outcome = "failed: no result.json written"
+        failures += len(missing) if paths else len(group)
       else:
         outcomes = []
         for path in paths:
           res = json.loads(pathlib.Path(path).read_text())
+          prefix = (f"{res.get('algorithm')}: " if run.multitask else
+                    f"seed{res.get('seed')}: " if several else "")
           outcomes.append(
-              (f"{res.get('algorithm')}: " if run.multitask else "")
-              + f"{res.get('status')} (steps {res.get('steps')}, "
+              prefix + f"{res.get('status')} (steps {res.get('steps')}, "
               f"test_score {res.get('test_score')})")
         outcome = "; ".join(outcomes)
     except KeyboardInterrupt:
@@ -227,7 +249,7 @@ def run_sequentially(executor, runs, manifest, cluster_name) -> int:
       manifest.save()
       raise
     except Exception as e:  # pylint: disable=broad-except
-      failures += 1
+      failures += len(group)
       lines = [l for l in str(e).strip().splitlines() if l.strip()]
       outcome = f"failed: {lines[-1] if lines else type(e).__name__}"
       for r in records:
@@ -277,14 +299,23 @@ def cmd_sweep(args, argv) -> int:
     summary += f", {len(flying)} already queued or running"
   print(f"sweep {model}: {len(runs)} runs ({len({r.algorithm for r in runs})} algorithms x "
         f"{len({r.seed for r in runs})} seeds) on {cluster_name}; {summary}")
+  k = runs[0].seeds_per_job
   if args.dry_run:
     for r in runs:
       key = (r.model, r.algorithm, r.seed)
       tag = ("skip (done)" if r in done else
              f"skip ({flying[key]})" if key in flying else "submit")
       print(f"  {tag:<12} {r.name:<40} {r.run_dir}")
+    if k > 1 and todo:
+      groups = cluster.job_groups(todo)
+      print(f"{len(groups)} jobs of up to {k} seeds (SEEDS_PER_JOB={k}), "
+            "each seed-group trained in one process:")
+      for i, group in enumerate(groups, 1):
+        print(f"  job {i:<4} {group[0].model}/{group[0].algorithm} seeds "
+              + ",".join(str(r.seed) for r in group))
     if cluster_name == "slurm":
-      print(f"slurm resources per run: {describe_resources(resources)}")
+      per = f"job (up to {k} seeds)" if k > 1 else "run"
+      print(f"slurm resources per {per}: {describe_resources(resources)}")
     print(f"gin: {' '.join(runs[0].gin_files)}"
           + "".join(f" --gin_param {shlex.quote(p)}" for p in runs[0].gin_params))
     print("dry run: nothing submitted")
@@ -304,7 +335,9 @@ def cmd_sweep(args, argv) -> int:
       raise UsageError(f"sbatch refused the job array: {e}") from e
     arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
     what = (f"{len(todo)} runs in {len(jobs)} multi-task jobs (one per seed)"
-            if todo[0].multitask else f"{len(jobs)} runs")
+            if todo[0].multitask else
+            f"{len(todo)} runs in {len(jobs)} jobs of up to {k} seeds" if k > 1
+            else f"{len(jobs)} runs")
     print(f"submitted {what} as job array {', '.join(arrays)} "
           f"({describe_resources(resources)})")
     for group, job in zip(cluster.job_groups(todo), jobs):

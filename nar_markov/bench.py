@@ -6,7 +6,8 @@
         [--seed 0] [--out bench.json]
 
 For each algorithm, three measurements of the paper's baseline (our
-`train.Model` with `NetConfig(history='full')`, `train.make_optimizer`) and of
+`train.Model` with `NetConfig(history='full')` -- the default impl, i.e. the
+fast path of nar_markov.fastnet -- and `train.make_optimizer`) and of
 `clrs.models.BaselineModel` built as `clrs/examples/run.py` builds it
 (triplet_gmpnn with layer norm and 8 triplet features, hints encoded and
 decoded, no teacher forcing, soft hint re-prediction, xavier_on_scalars, no
@@ -42,8 +43,8 @@ LSTM, no dropout, one message-passing step, lr 1.5e-3, clipping at 1.0):
    also reported apart), peak resident memory (the worker's own VmHWM; its
    ru_maxrss is recorded too but includes the parent's RSS at spawn) and
    the score. Ours: `train.evaluate_split` at `train.default_test_batch_size`;
-   clrs: run.py's `collect_and_eval` over batches of 32. Both untrained, from
-   different initial parameters, so the scores are not comparable.
+   clrs: run.py's `collect_and_eval` over batches of 32. Both untrained, with
+   the same (dm-clrs's) initial parameters, so the scores must agree.
 
 Ratios other than steps/s are ours / clrs of the quantity (< 1: ours uses
 less). Writes JSON (schema `nar_markov.bench/1`) after every algorithm and
@@ -72,7 +73,6 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import clrs
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from nar_markov import data
@@ -192,8 +192,7 @@ def build_ours(spec, nb_dims, hidden: int, rng_seed: int, init_feedback):
   optimizer = train.make_optimizer(LEARNING_RATE, PROTOCOL_TRAIN_STEPS,
                                    GRAD_CLIP_MAX_NORM)
   net = train.Model([spec], [nb_dims], config, optimizer)
-  params = net.init(jax.random.PRNGKey(rng_seed), [init_feedback.features])
-  opt_state = optimizer.init(params)
+  params, opt_state = net.init_state(rng_seed, [init_feedback.features])
   return net, params, opt_state
 
 
@@ -227,13 +226,13 @@ class OursTrainer:
     self.net, self.params, self.opt_state = build_ours(
         spec, model_lib.nb_dims_of(first_feedback), hidden, seed,
         ours_batch(algorithm, first_feedback))
-    self._lambda = jnp.asarray(0.0, jnp.float32)
-    self._base_key = jax.random.PRNGKey(seed + 1)
+    self._lambda = np.float32(0.0)
+    self._seed = seed
     self.step = 0
 
   def prepare(self, clrs_feedback):
     """Everything before the step proper (not timed): padding, the rng key."""
-    key = jax.random.fold_in(self._base_key, self.step)
+    key = self.net.step_key(self._seed, self.step)
     return ours_batch(self.algorithm, clrs_feedback), key
 
   def run(self, prepared) -> float:
@@ -466,8 +465,11 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   nb_nodes = data.nb_nodes_of(test)
   if impl == "ours":
     batch_size = train.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
-    net, params, _ = build_ours(spec, model_lib.nb_dims_of(test), hidden, seed,
-                                init_feedback)
+    net, _, _ = build_ours(spec, model_lib.nb_dims_of(test), hidden, seed,
+                           init_feedback)
+    # dm-clrs's own initial parameters (the clrs worker's, same seed): the
+    # two passes compute the same function, so the scores must agree.
+    params = build_clrs(spec, init_feedback, hidden, seed + 1).params
     run = lambda: train.evaluate_split(net, params, test, 0, batch_size,
                                        with_hints=False)
   else:
@@ -660,6 +662,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
               compile_steps: int = 200, compile_hidden: Optional[int] = None,
               parallel_compile_workers: bool = False,
               ood: bool = True, ood_samples: Optional[int] = None, seed: int = 0,
+              ood_algorithms: Optional[Sequence[str]] = None,
               out: Optional[str] = None,
               argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
   """All three measurements for each algorithm; the report dict (also `out`)."""
@@ -677,6 +680,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
           "compile_steps": int(compile_steps), "compile_hidden": compile_hidden,
           "parallel_compile_workers": bool(parallel_compile_workers),
           "ood": bool(ood), "ood_samples": None if ood_samples is None else int(ood_samples),
+          "ood_algorithms": None if ood_algorithms is None else list(ood_algorithms),
           "clrs_test_batch_size": CLRS_TEST_BATCH_SIZE,
           "learning_rate": LEARNING_RATE,
           "grad_clip_max_norm": GRAD_CLIP_MAX_NORM,
@@ -707,7 +711,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
             algorithm, steps=compile_steps, hidden=compile_hidden, batch=batch,
             lengths=lengths, seed=seed, parallel=parallel_compile_workers)
       res["ood"] = None
-      if ood:
+      if ood and (ood_algorithms is None or algorithm in ood_algorithms):
         res["ood"] = measure_ood(algorithm, hidden=hidden, samples=ood_samples,
                                  seed=seed)
       report["algorithms"][algorithm] = res
@@ -750,6 +754,8 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--ood", action=argparse.BooleanOptionalAction, default=True,
                  help="time one OOD test pass of each (dm-clrs floyd_warshall: "
                       "~650 s, ~19.5 GB)")
+  p.add_argument("--ood-algorithms", default=None,
+                 help="comma-separated: the OOD pass for these only (default: all)")
   p.add_argument("--ood-samples", type=int, default=None,
                  help="first K test samples (default: the whole split)")
   p.add_argument("--seed", type=int, default=0)
@@ -791,6 +797,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      parallel_compile_workers=args.parallel_compile_workers,
                      ood=args.ood,
                      ood_samples=args.ood_samples, seed=args.seed, out=args.out,
+                     ood_algorithms=None if args.ood_algorithms is None else [
+                         a.strip() for a in args.ood_algorithms.split(",") if a.strip()],
                      argv=["python", "-m", "nar_markov.bench"] + argv)
   print(markdown_table(report))
   if args.out:

@@ -2,14 +2,18 @@
 
 launch/sweep.py expands gin files into `Run`s (model x algorithm x seed), skips
 those whose result.json exists, and submits the rest as one submitit job array
-of `TrainJob`s.  A job is a function of strings only (absolute gin files, gin
-bindings, algorithm, seed, results dir), so it pickles, prints and re-creates
+of `TrainJob`s (one run each), or, with the gin macro SEEDS_PER_JOB = K > 1, of
+`MultiSeedJob`s (up to K seeds of one model and algorithm, trained together in
+one process: nar_markov.train.run_experiment's K-seed mode).  A job is a
+function of strings and ints only (absolute gin files, gin bindings,
+algorithm, seed(s), results dir), so it pickles, prints and re-creates
 anywhere; it re-parses gin in the job's own process.
 
 Preemption and timeouts: submitit calls `TrainJob.checkpoint()` on Slurm's
 signal, which resubmits the same call; the run then resumes from its own
 ``<run_dir>/checkpoint.pkl`` (nar_markov.train.run_experiment does that by
-itself), so the job object needs no state of its own.  A plain `scontrol
+itself; a K-seed job resumes each of its seeds from its own), so the job
+object needs no state of its own.  A plain `scontrol
 requeue` (no signal to submitit) lands in the same place.
 """
 
@@ -110,6 +114,9 @@ class Run:
   # Multi-task sweeps: every algorithm of a seed is trained by ONE job
   # (`MultitaskJob`); the runs stay per algorithm for skipping and --status.
   multitask: bool = False
+  # SEEDS_PER_JOB (gin macro): K > 1 trains up to K seeds of one (model,
+  # algorithm) in one job (`MultiSeedJob`); the runs stay per seed.
+  seeds_per_job: int = 1
 
   @property
   def name(self) -> str:
@@ -135,22 +142,50 @@ class Run:
 
   @property
   def job_key(self):
-    """Runs with the same key are trained by the same job."""
+    """Runs with the same key may be trained by the same job (`job_groups`)."""
     if self.multitask:
       return (self.model, "*", self.seed)
+    if self.seeds_per_job > 1:
+      return (self.model, self.algorithm)
     return (self.model, self.algorithm, self.seed)
 
 
 def job_groups(runs: Sequence[Run]) -> List[List[Run]]:
-  """Runs grouped by the job that trains them, in first-appearance order."""
+  """Runs grouped by the job that trains them, in first-appearance order.
+
+  Multi-task: one job per seed.  SEEDS_PER_JOB = K > 1: the given runs of
+  one (model, algorithm) in chunks of up to K seeds -- the sweep passes only
+  runs not done yet, so a relaunch packs the remaining seeds afresh.
+  """
   groups: Dict[Any, List[Run]] = {}
   for r in runs:
     groups.setdefault(r.job_key, []).append(r)
-  return list(groups.values())
+  out = []
+  for group in groups.values():
+    k = 1 if group[0].multitask else group[0].seeds_per_job
+    out += [group] if k == 1 else [group[i:i + k] for i in range(0, len(group), k)]
+  return out
+
+
+def job_call(group: Sequence[Run]) -> Tuple[submitit.helpers.Checkpointable, Tuple]:
+  """(job, its arguments) that trains one group of `job_groups`.
+
+  Every group of a sweep gets the same job type (one submitit array needs one
+  function): with SEEDS_PER_JOB > 1 also a last group of a single seed.
+  """
+  run = group[0]
+  if run.multitask:
+    return MultitaskJob(), run.job_args()
+  if run.seeds_per_job > 1:
+    return MultiSeedJob(), (list(run.gin_files), list(run.gin_params), run.algorithm,
+                            [int(r.seed) for r in group], run.results_dir)
+  if len(group) != 1:
+    raise ValueError(f"one TrainJob per run, got {[r.name for r in group]}")
+  return TrainJob(), run.job_args()
 
 
 def job_for(run: Run) -> submitit.helpers.Checkpointable:
-  return MultitaskJob() if run.multitask else TrainJob()
+  return job_call([run])[0]
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -166,6 +201,23 @@ class TrainJob(submitit.helpers.Checkpointable):
     return train.run_from_gin(list(gin_files), list(gin_params),
                               algorithm=algorithm, seed=int(seed),
                               results_dir=results_dir)
+
+
+class MultiSeedJob(submitit.helpers.Checkpointable):
+  """Up to K seeds of one model and algorithm in one process (SEEDS_PER_JOB).
+
+  One vmapped training step for all seeds (nar_markov.train.run_experiment,
+  K-seed mode); each seed keeps its own checkpoint and result.json, so a
+  requeued job resumes every seed from its own checkpoint and skips those
+  whose result.json exists, like TrainJob.
+  """
+
+  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
+               algorithm: str, seeds: Sequence[int], results_dir: str) -> List[str]:
+    from nar_markov import train  # pylint: disable=g-import-not-at-top
+    return train.run_seeds_from_gin(list(gin_files), list(gin_params),
+                                    algorithm=algorithm, seeds=[int(s) for s in seeds],
+                                    results_dir=results_dir)
 
 
 class MultitaskJob(submitit.helpers.Checkpointable):
@@ -197,9 +249,11 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
                 results_dir: str) -> List[Run]:
   """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
 
+  Each run carries the macro SEEDS_PER_JOB (how `job_groups` packs them).
   Raises ValueError (with the reason) for a missing gin file, an unknown or
   malformed binding, a missing/unknown model, an unknown algorithm, bad seeds,
-  or an algorithm G-ForgetNet has no lambda for -- before anything runs.
+  a bad SEEDS_PER_JOB (or one > 1 in a multi-task sweep), or an algorithm
+  G-ForgetNet has no lambda for -- before anything runs.
   Leaves gin parsed, so `slurm_resources()` returns this sweep's resources.
   """
   from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
@@ -215,6 +269,8 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
     except ValueError as e:
       raise ValueError(f"{what} is not set in the gin files ({key}): {e}") from e
 
+  seeds_per_job = _seeds_per_job()
+
   multitask_model = None
   try:
     _bound_value("run_experiment.model")
@@ -224,6 +280,11 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
     except ValueError:
       multitask_model = None
   if multitask_model is not None:
+    if seeds_per_job > 1:
+      raise ValueError(
+          f"SEEDS_PER_JOB = {seeds_per_job}: several seeds per job is not "
+          "supported for multi-task sweeps (one job per seed there); "
+          "set SEEDS_PER_JOB = 1")
     return _expand_multitask_runs(multitask_model, files, gin_params, results_dir)
   model = query("run_experiment.model", "the model")
   if model not in train.MODELS:
@@ -256,8 +317,20 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 
   results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
   return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
-              gin_params=tuple(gin_params), results_dir=results_dir)
+              gin_params=tuple(gin_params), results_dir=results_dir,
+              seeds_per_job=seeds_per_job)
           for a in algorithms for s in seeds]
+
+
+def _seeds_per_job() -> int:
+  """The gin macro SEEDS_PER_JOB (gin/base.gin); 1 where it is not bound."""
+  try:
+    k = _bound_value("SEEDS_PER_JOB/macro.value")
+  except ValueError:
+    return 1  # gin files that do not include base.gin
+  if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    raise ValueError(f"SEEDS_PER_JOB must be an int >= 1, got {k!r}")
+  return k
 
 
 def _expand_multitask_runs(model: str, files: Tuple[str, ...],

@@ -158,8 +158,55 @@ def preprocess_feedback(algorithm: str, feedback: clrs.Feedback,
     it = clrs.process_random_pos(it, rng)
   if algorithm in PRED_AS_INPUT_ALGOS:
     spec, it = clrs.process_pred_as_input(spec, it)
-  _, it = clrs.process_permutations(spec, it, True)
-  return next(it)
+  feedback = next(it)
+  features = feedback.features
+  return feedback._replace(
+      features=features._replace(inputs=_permutations(features.inputs),
+                                 hints=_permutations(features.hints)),
+      outputs=list(_permutations(feedback.outputs)))  # clrs: outputs stay a list
+
+
+def _np_one_hot(index, nb_nodes: int) -> np.ndarray:
+  """jax.nn.one_hot in numpy (an out-of-range index gives a zero row)."""
+  return (np.asarray(index)[..., None] == np.arange(nb_nodes)).astype(np.float32)
+
+
+def _cyclic_predecessor_and_first(pointers: np.ndarray):
+  """clrs probing.predecessor_to_cyclic_predecessor_and_first, in numpy.
+
+  clrs's runs jnp ops eagerly (jnp.vectorize over the leading axes): an XLA
+  compilation per new shape, 50 in a 200-step insertion_sort run. Same
+  operations, same arrays (tests/test_data.py checks it against clrs batch
+  for batch).
+  """
+  nb_nodes = pointers.shape[-1]
+  perms = np.zeros(pointers.shape + (nb_nodes,), np.float32)
+  masks = np.zeros(pointers.shape, np.float32)
+  for idx in np.ndindex(*pointers.shape[:-1]):
+    one_hot = _np_one_hot(pointers[idx], nb_nodes)
+    # The last node is the one no other node points to; the first points to itself.
+    last = one_hot.sum(-2).argmin()
+    first = one_hot.diagonal().argmax()
+    mask = _np_one_hot(first, nb_nodes)
+    one_hot += mask[..., None] * _np_one_hot(last, nb_nodes)
+    one_hot -= mask[..., None] * mask
+    perms[idx], masks[idx] = one_hot, mask
+  return perms, masks
+
+
+def _permutations(probes) -> Tuple[clrs.DataPoint, ...]:
+  """clrs samplers._preprocess_permutations(probes, enforce_permutations=True)."""
+  out = []
+  for x in probes:
+    if x.type_ != clrs.Type.SHOULD_BE_PERMUTATION:
+      out.append(x)
+      continue
+    data, mask = _cyclic_predecessor_and_first(np.asarray(x.data))
+    out.append(clrs.DataPoint(name=x.name, location=x.location,
+                              type_=clrs.Type.PERMUTATION_POINTER, data=data))
+    out.append(clrs.DataPoint(name=x.name + "_mask", location=x.location,
+                              type_=clrs.Type.MASK_ONE, data=mask))
+  return tuple(out)
 
 
 # --------------------------------------------------------------------------
@@ -186,19 +233,23 @@ def _trajectory_lengths() -> Dict[str, Any]:
 def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
   """Hint time length to pad a train batch of max length `T` to.
 
-  The measured max T of (algorithm, nb_nodes) if `T` fits, else `T` rounded up
-  to a multiple of 2**(bit_length(T) - 4) (sizes that were not measured too):
-  at most 1/8 of padding on top of dm-clrs's own (T <= 15 is not rounded at
-  all; 147 -> 160). Coarser rules cost every later step of the run: a
-  multiple of 8 turned bfs's T = 9 at 11 nodes into 16, 1.8x the step time.
-  dm-clrs's T per sampler is its running max, which grows rarely, so the
-  number of shapes stays bounded either way.
+  With m the measured max T of (algorithm, nb_nodes): m + max(2, m // 4) if
+  `T` fits; else (and for sizes that were not measured) `T` rounded up to a
+  multiple of 2**(bit_length(T) - 4) (T <= 15 not rounded; 147 -> 160).
+  One shape per train size is one compilation per size: the headroom is
+  there because dm-clrs's running max sometimes exceeds the measured max.
+  Padding costs the fast net (nar_markov.fastnet) next to nothing -- it
+  skips every step after the batch's longest trajectory -- whereas
+  `impl='reference'` runs them (a multiple-of-8 rule cost it 1.8x per step
+  on bfs at 11 nodes).
   """
   measured = _trajectory_lengths()[check_algorithm(algorithm)][
       "train_T"].get(str(int(nb_nodes)))
   T = max(1, int(T))
-  if measured is not None and T <= measured:
-    return int(measured)
+  if measured is not None:
+    bound = int(measured) + max(2, int(measured) // 4)
+    if T <= bound:
+      return bound
   granule = 1 << max(0, T.bit_length() - 4)
   return -(-T // granule) * granule
 

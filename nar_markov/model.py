@@ -42,6 +42,8 @@ from clrs._src import processors
 from clrs._src import specs
 
 HISTORY_POLICIES = ("full", "none", "gated")
+IMPLS = ("auto", "fast", "reference")
+FAST_PROCESSORS = ("triplet_gmpnn",)
 
 _Stage = specs.Stage
 _Location = specs.Location
@@ -69,6 +71,14 @@ class NetConfig:
   gate_mlp_layers: int = 2
   # Initial bias of the gate's last layer: 0 starts the gate half open, g ~ 0.5.
   gate_bias_init: float = 0.0
+  # How the same function is computed: 'reference' runs dm-clrs's modules as
+  # they are; 'fast' is nar_markov.fastnet (same parameters, same function up
+  # to round-off, less work); 'auto' = 'fast' where it exists (triplet_gmpnn).
+  impl: str = "auto"
+  # Fast path, training: recompute each step's forward in the backward pass
+  # instead of storing its intermediates (on CPU the stores and copies of
+  # [B, N, N, H] residuals cost more than the recomputation; see README).
+  remat: bool = True
 
   def __post_init__(self):
     if self.history not in HISTORY_POLICIES:
@@ -80,6 +90,16 @@ class NetConfig:
       raise ValueError("nb_msg_passing_steps must be >= 1")
     if self.gate_mlp_layers < 1:
       raise ValueError("gate_mlp_layers must be >= 1")
+    if self.impl not in IMPLS:
+      raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r}")
+    if self.impl == "fast" and self.processor not in FAST_PROCESSORS:
+      raise ValueError(f"impl='fast' exists for {FAST_PROCESSORS} only, "
+                       f"not {self.processor!r}; use impl='reference'")
+
+  @property
+  def fast(self) -> bool:
+    return self.impl == "fast" or (self.impl == "auto" and
+                                   self.processor in FAST_PROCESSORS)
 
 
 class NetOutput(NamedTuple):
@@ -224,7 +244,9 @@ class Net(hk.Module):
   # -- whole trajectory ----------------------------------------------------
 
   def __call__(self, features, algorithm_index: int, repred: bool,
-               hidden_override: Optional[chex.Array] = None) -> NetOutput:
+               hidden_override: Optional[chex.Array] = None,
+               max_length: Optional[chex.Array] = None,
+               collect_hints: bool = True) -> NetOutput:
     """Runs all T-1 steps of a batch of (time-padded) trajectories.
 
     Args:

@@ -238,6 +238,7 @@ def run_multitask_experiment(*,
                              nb_triplet_fts: int = 8,
                              gate_mlp_layers: int = 2,
                              gate_bias_init: float = 0.0,
+                             impl: str = "auto",
                              cache_dir: Optional[str] = None,
                              stop_after_steps: Optional[int] = None,
                              progress: bool = True) -> Dict[str, Dict[str, Any]]:
@@ -275,7 +276,7 @@ def run_multitask_experiment(*,
   config = model_lib.NetConfig(
       hidden_size=int(hidden_size), history=history, processor=processor,
       nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
-      gate_bias_init=gate_bias_init)
+      gate_bias_init=gate_bias_init, impl=impl)
 
   result_paths = {alg: train.run_dir(results_dir, model, alg, seed) / train.RESULT_NAME
                   for alg in algorithms}
@@ -317,7 +318,7 @@ def run_multitask_experiment(*,
   test_batch_sizes = [
       int(test_batch_size) if test_batch_size is not None else
       train.default_test_batch_size(  # pylint: disable=protected-access
-          spec, data.nb_nodes_of(test), hidden_size)
+          spec, data.nb_nodes_of(test), hidden_size, fast=config.fast)
       for spec, test in zip(specs, tests)]
   optimizer = train.make_optimizer(learning_rate, schedule_steps or train_steps,
                                    grad_clip_max_norm)

@@ -6,7 +6,9 @@ scores them on the OOD test split with `clrs.evaluate`, and writes
 ``<results_dir>/<model>/<algorithm>/seed<k>/result.json`` (atomically) with
 ``config.gin`` beside it.  A checkpoint in the same folder makes a killed or
 requeued run resume exactly: same step, parameters, optimizer state and data
-stream.
+stream.  Given a list of K seeds, it trains them in one process with one
+`jax.vmap`-ed step for all K, each seed keeping its own stream, checkpoint
+and result.json (K-seed mode; `run_experiment`'s docstring, SEEDS_PER_JOB).
 
 Protocol defaults are the paper's (Sec. 5): Adam, cosine decay from 1.5e-3
 over 10,000 steps, batch 32, gradient-norm clipping at 1.0 (dm-clrs run.py),
@@ -15,6 +17,8 @@ validation every 50 steps.
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
 import importlib.metadata
 import json
 import math
@@ -25,7 +29,7 @@ import platform
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import clrs
 import gin
@@ -36,6 +40,7 @@ import numpy as np
 import optax
 
 from nar_markov import data
+from nar_markov import fastnet
 from nar_markov import model as model_lib
 
 # Model name -> history policy.  `gforget_nopenalty` is the paper's penalty
@@ -153,12 +158,16 @@ class Model:
     self.config = config
     self.optimizer = optimizer
 
-    def forward(features, algorithm_index, repred, hidden_override=None):
-      net = model_lib.Net(self.specs, nb_dims, config)
-      return net(features, algorithm_index, repred, hidden_override)
+    net_cls = fastnet.FastNet if config.fast else model_lib.Net
+
+    def forward(features, algorithm_index, repred, hidden_override=None,
+                max_length=None, collect_hints=True):
+      net = net_cls(self.specs, nb_dims, config)
+      return net(features, algorithm_index, repred, hidden_override,
+                 max_length=max_length, collect_hints=collect_hints)
 
     def init_all(features_list):
-      net = model_lib.Net(self.specs, nb_dims, config)
+      net = net_cls(self.specs, nb_dims, config)
       for k, features in enumerate(features_list):
         net(features, k, repred=False)
 
@@ -166,6 +175,17 @@ class Model:
     # pointers in training (decoders.log_sinkhorn); evaluation uses none.
     self._forward = hk.transform(forward)
     self._init = jax.jit(hk.transform(init_all).init)
+
+    # Run start-up and per-step keys in one compiled function each: done
+    # eagerly, PRNGKey, fold_in and the optimizer's zeros_like per parameter
+    # shape are an XLA compilation apiece (issue 6's compile budget).
+    def init_state(seed, features_list):
+      params = hk.transform(init_all).init(jax.random.PRNGKey(seed), features_list)
+      return params, self.optimizer.init(params)
+
+    self._init_state = jax.jit(init_state)
+    self._step_key = jax.jit(lambda seed, step: jax.random.fold_in(
+        jax.random.PRNGKey(seed + 1), step))
     self.train_step = jax.jit(self._train_step, static_argnums=(4,),
                               donate_argnums=(0, 1))
     self.eval_batch = jax.jit(self._eval_batch, static_argnums=(2, 3))
@@ -173,20 +193,34 @@ class Model:
   def init(self, rng_key, features_list):
     return self._init(rng_key, features_list)
 
-  def apply(self, params, features, algorithm_index, repred, hidden_override=None,
-            rng_key=None):
-    return self._forward.apply(params, rng_key, features, algorithm_index, repred,
-                               hidden_override)
+  def init_state(self, seed: int, features_list):
+    """(params, opt_state) of a run: params = init(PRNGKey(seed), ...)."""
+    return self._init_state(np.int32(seed), features_list)
 
-  def loss(self, params, feedback, lambda_gate, algorithm_index, rng_key=None):
+  def step_key(self, seed: int, step: int):
+    """The rng of train step `step` of a run: fold_in(PRNGKey(seed + 1), step)."""
+    return self._step_key(np.int32(seed), np.int32(step))
+
+  def apply(self, params, features, algorithm_index, repred, hidden_override=None,
+            rng_key=None, max_length=None, collect_hints=True):
+    return self._forward.apply(params, rng_key, features, algorithm_index, repred,
+                               hidden_override, max_length, collect_hints)
+
+  def loss(self, params, feedback, lambda_gate, algorithm_index, rng_key=None,
+           max_length=None):
     out = self.apply(params, feedback.features, algorithm_index, False,
-                     rng_key=rng_key)
+                     rng_key=rng_key, max_length=max_length)
     return model_lib.compute_losses(feedback, out, lambda_gate)
 
   def _train_step(self, params, opt_state, feedback, lambda_gate, algorithm_index,
-                  rng_key):
+                  rng_key, max_length=None):
+    """One optimizer step. `max_length` (int32 scalar, optional): an upper bound
+    on `feedback.features.lengths`; K-seed training passes the max over all
+    seeds, unbatched, so that skipping finished steps stays a real branch
+    under `jax.vmap`. None: the batch's own max."""
     def total(p):
-      losses = self.loss(p, feedback, lambda_gate, algorithm_index, rng_key)
+      losses = self.loss(p, feedback, lambda_gate, algorithm_index, rng_key,
+                         max_length)
       return losses.total, losses
     grads, losses = jax.grad(total, has_aux=True)(params)
     updates, opt_state = self.optimizer.update(grads, opt_state, params)
@@ -195,7 +229,8 @@ class Model:
 
   def _eval_batch(self, params, feedback, algorithm_index, with_hints: bool):
     """Hard output predictions (+ per-step hint loss and history norm on val)."""
-    out = self.apply(params, feedback.features, algorithm_index, True)
+    out = self.apply(params, feedback.features, algorithm_index, True,
+                     collect_hints=with_hints)
     preds = model_lib.postprocess_outputs(self.specs[algorithm_index],
                                           out.output_preds)
     if not with_hints:
@@ -214,7 +249,10 @@ def evaluate_split(model: Model, params, split_feedback, algorithm_index: int,
   if max_samples is not None:
     n_total = min(n_total, int(max_samples))
     split_feedback = data.take_samples(split_feedback, n_total)
-  batch_size = min(batch_size, n_total)
+  # Equal sub-batches: 32 samples at a cap of 30 run as 2 x 16, not 30 + 30
+  # (the last batch is padded with duplicates up to the batch size).
+  nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
+  batch_size = -(-n_total // nb_batches)
   preds_parts, hint_steps, norms, counts = [], [], [], []
   for batch, n_valid in data.eval_batches(split_feedback, batch_size):
     preds, extras = model.eval_batch(params, batch, algorithm_index, with_hints)
@@ -251,15 +289,22 @@ def _slice_dp(dp, n):
 
 
 def default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
-                             budget_bytes: float = 512 * 2**20) -> int:
-  """Keep one evaluation step's biggest tensor within `budget_bytes`.
+                             budget_bytes: float = 128 * 2**20,
+                             fast: bool = True) -> int:
+  """Keep one evaluation step's biggest tensors within `budget_bytes`.
 
-  Edge-pointer decoders (floyd_warshall, optimal_bst, matrix_chain_order...)
-  build a batch x n^3 x hidden tensor: 4.3 GB at n=64, batch 32.
+  Small sub-batches are also faster on CPU: floyd_warshall's test split
+  (32 graphs of 64 nodes) took 168 s in one batch of 32 and 32 s in batches
+  of 8 (tensors that stay in cache, fewer page faults).
+
+  The fast net's are [B, N, N, H] (a few of them); dm-clrs's edge-pointer
+  decoders (floyd_warshall, optimal_bst, matrix_chain_order... with
+  `impl='reference'`) build a batch x n^3 x hidden tensor: 4.3 GB at n = 64,
+  batch 32.
   """
   per_sample = nb_nodes**2 * hidden_size * 4 * 8
   for _, (stage, loc, t) in spec.items():
-    if loc == clrs.Location.EDGE and t == clrs.Type.POINTER:
+    if not fast and loc == clrs.Location.EDGE and t == clrs.Type.POINTER:
       per_sample = nb_nodes**3 * hidden_size * 4
   return int(max(1, min(32, budget_bytes // per_sample)))
 
@@ -296,10 +341,26 @@ def log(msg: str) -> None:
   print(f"[nar_markov] {msg}", file=sys.stderr, flush=True)
 
 
+def check_seeds(seed: Union[int, Sequence[int]]) -> Tuple[List[int], bool]:
+  """`seed` (one int, or a sequence of K distinct ints) as a list of ints >= 0,
+  and whether it was a single int (then run_experiment returns one dict)."""
+  one = not isinstance(seed, collections.abc.Sequence) or isinstance(seed, (str, bytes))
+  seeds = [seed] if one else list(seed)
+  if not seeds:
+    raise ValueError("seed: an empty sequence (K = 0 seeds); give at least one seed")
+  bad = [s for s in seeds
+         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0]
+  if bad:
+    raise ValueError(f"seeds must be ints >= 0, got {bad!r}")
+  if len(set(int(s) for s in seeds)) != len(seeds):
+    raise ValueError(f"seeds must be distinct, got {seeds!r}")
+  return [int(s) for s in seeds], one
+
+
 @gin.configurable(denylist=["algorithm", "seed", "results_dir"])
 def run_experiment(*,
                    algorithm: str,
-                   seed: int,
+                   seed: Union[int, Sequence[int]],
                    model: str = gin.REQUIRED,
                    results_dir: str = "results",
                    train_steps: int = 10_000,
@@ -321,12 +382,16 @@ def run_experiment(*,
                    nb_triplet_fts: int = 8,
                    gate_mlp_layers: int = 2,
                    gate_bias_init: float = 0.0,
+                   impl: str = "auto",
                    cache_dir: Optional[str] = None,
                    stop_after_steps: Optional[int] = None,
-                   progress: bool = True) -> Dict[str, Any]:
+                   progress: bool = True) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
   """Train `model` on `algorithm` with `seed`; write and return the result dict.
 
   Args (all gin-bindable except algorithm/seed/results_dir, which the sweep sets):
+    seed: one seed -> one run, returns its result dict.  A sequence of K
+      distinct seeds -> K runs trained together in this process (K-seed
+      mode, below), returns their result dicts in the same order.
     model: baseline | forget | gforget | gforget_nopenalty | calibrate.
     lambda_gate: G-ForgetNet's penalty weight (Eq. 6): a float, or a dict
       algorithm -> float such as gin/lambdas.gin's LAMBDAS.
@@ -335,10 +400,36 @@ def run_experiment(*,
     test_batch_size: None picks a size that bounds evaluation memory.
     schedule_steps: horizon of the cosine decay; None = train_steps.  The
       lambda calibration trains 6,000 steps on the 10,000-step schedule.
+    impl: how the net is computed: 'auto'/'fast' (nar_markov.fastnet) or
+      'reference' (dm-clrs's modules as they are; same function and
+      parameters, slower).
     stop_after_steps: tests only -- stop (as if killed) after this many steps,
       leaving the checkpoint behind and no result.
+
+  K-seed mode (`seed=[s1, ..., sK]`, what the sweep runs with SEEDS_PER_JOB=K):
+  one optimizer step of all K seeds is ONE XLA computation, `jax.vmap` of
+  `Model._train_step` over parameters, optimizer state, batch and step rng
+  (`make_vmapped_train_step`).  Everything else stays per seed and is exactly
+  what K separate runs do (`_SeedRun`): its own data stream, initial
+  parameters, step rng, validation, best parameters, checkpoint
+  (`<run_dir>/checkpoint.pkl`, the same format: a run can be resumed either
+  way), divergence and result.json (the same format).  So each seed's result
+  equals its separate run's up to float reassociation in XLA's batched
+  kernels (tests/test_multiseed.py).  The K batches of a step have the
+  same graph size (the streams cycle the train lengths in lockstep) and are
+  zero-padded on the time axis to the longest of the K, which changes no
+  number (outputs freeze after a trajectory ends; hint losses are masked).
+  Seeds whose result.json exists are skipped; a diverged seed gets its
+  "diverged" result at once and the others go on.  Seeds resumed from
+  checkpoints at different steps are trained group by group (seeds at the
+  same step together), one group after the other.  `train_time_s` of a K-seed
+  run is the job's training wall time, shared by its K seeds: `steps_per_s`
+  is each seed's wall-clock rate (the job's throughput is K times that).
+  With K = 1 (an int, or a one-seed list) it is the single-run path,
+  `Model.train_step`, unchanged.
   """
   setup_compilation_cache()
+  seeds, one = check_seeds(seed)
   algorithm = data.check_algorithm(algorithm)
   if model not in MODELS:
     raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
@@ -351,61 +442,175 @@ def run_experiment(*,
   config = model_lib.NetConfig(
       hidden_size=int(hidden_size), history=MODELS[model], processor=processor,
       nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
-      gate_bias_init=gate_bias_init)
+      gate_bias_init=gate_bias_init, impl=impl)
 
-  out_dir = run_dir(results_dir, model, algorithm, seed)
-  result_path = out_dir / RESULT_NAME
-  if result_path.exists():
-    log(f"{result_path} exists; nothing to do")
-    return json.loads(result_path.read_text())
-  out_dir.mkdir(parents=True, exist_ok=True)
-  gin_str = gin.config_str()
-  atomic_write_bytes(out_dir / "config.gin", (gin_str or bindings_as_gin("run_experiment", dict(
-      model=model, algorithm=algorithm, seed=seed, train_steps=train_steps,
-      batch_size=batch_size, hidden_size=hidden_size, learning_rate=learning_rate,
-      lambda_gate=lam))).encode())
+  results: Dict[int, Dict[str, Any]] = {}
+  todo = []
+  for s in seeds:
+    result_path = run_dir(results_dir, model, algorithm, s) / RESULT_NAME
+    if result_path.exists():
+      log(f"{result_path} exists; nothing to do")
+      results[s] = json.loads(result_path.read_text())
+    else:
+      todo.append(s)
+  if todo:
+    gin_str = gin.config_str()
+    runs = []
+    for s in todo:
+      out_dir = run_dir(results_dir, model, algorithm, s)
+      out_dir.mkdir(parents=True, exist_ok=True)
+      atomic_write_bytes(out_dir / "config.gin", (gin_str or bindings_as_gin(
+          "run_experiment", dict(
+              model=model, algorithm=algorithm, seed=s, train_steps=train_steps,
+              batch_size=batch_size, hidden_size=hidden_size,
+              learning_rate=learning_rate, lambda_gate=lam))).encode())
+      # Data: one stream per run (seed); val/test from the cache (official draws).
+      runs.append((s, out_dir, data.TrainStream(algorithm, seed=s, batch_size=batch_size,
+                                                lengths=tuple(train_lengths))))
+    spec = runs[0][2].spec
+    val = data.load_split(algorithm, "val", cache_dir=cache_dir)
+    test = data.load_split(algorithm, "test", cache_dir=cache_dir)
+    nb_dims = model_lib.nb_dims_of(val)
+    test_nodes = test.features.inputs[0].data.shape[1]
+    if test_batch_size is None:
+      test_batch_size = default_test_batch_size(spec, test_nodes, hidden_size,
+                                                fast=config.fast)
+    optimizer = make_optimizer(learning_rate, schedule_steps or train_steps,
+                               grad_clip_max_norm)
+    job = _Job(
+        model=model, algorithm=algorithm, lam=lam,
+        net=Model([spec], [nb_dims], config, optimizer), optimizer=optimizer,
+        val=val, test=test, train_steps=int(train_steps),
+        eval_every_steps=int(eval_every_steps), log_every_steps=int(log_every_steps),
+        checkpoint_every_steps=int(checkpoint_every_steps),
+        val_batch_size=int(val_batch_size), val_max_samples=val_max_samples,
+        test_batch_size=int(test_batch_size), test_max_samples=test_max_samples,
+        stop_after_steps=stop_after_steps, progress=progress, gin_str=gin_str,
+        settings={
+            "hidden_size": int(hidden_size),
+            "batch_size": int(batch_size),
+            "learning_rate": float(learning_rate),
+            "schedule_steps": int(schedule_steps or train_steps),
+            "train_lengths": [int(x) for x in train_lengths],
+        })
+    by_step: Dict[int, List[Tuple[_SeedRun, Any, Any]]] = {}
+    for s, out_dir, stream in runs:
+      run = _SeedRun(job, s, out_dir, stream)
+      params, opt_state = run.start()
+      by_step.setdefault(run.step, []).append((run, params, opt_state))
+    if len(by_step) > 1:
+      # A K-seed step needs its seeds at the same step (one schedule value,
+      # one graph size); this only happens when some seeds ran elsewhere.
+      log("checkpoints at different steps (" + ", ".join(
+          f"step {k}: seeds {[r.seed for r, _, _ in g]}" for k, g in sorted(by_step.items()))
+          + "); training the groups one after the other")
+    for group in by_step.values():
+      if len(group) == 1:
+        run, params, opt_state = group[0]
+        results[run.seed] = _train_single(job, run, params, opt_state)
+      else:
+        results.update(_train_vmapped(job, group))
+  ordered = [results[s] for s in seeds]
+  return ordered[0] if one else ordered
 
-  # Data: one stream per run; val/test from the cache (official CLRS-30 draws).
-  stream = data.TrainStream(algorithm, seed=seed, batch_size=batch_size,
-                            lengths=tuple(train_lengths))
-  spec = stream.spec
-  val = data.load_split(algorithm, "val", cache_dir=cache_dir)
-  test = data.load_split(algorithm, "test", cache_dir=cache_dir)
-  nb_dims = model_lib.nb_dims_of(val)
-  test_nodes = test.features.inputs[0].data.shape[1]
-  if test_batch_size is None:
-    test_batch_size = default_test_batch_size(spec, test_nodes, hidden_size)
 
-  optimizer = make_optimizer(learning_rate, schedule_steps or train_steps,
-                             grad_clip_max_norm)
-  net = Model([spec], [nb_dims], config, optimizer)
+@dataclasses.dataclass
+class _Job:
+  """What the seeds of one run_experiment call share."""
+  model: str
+  algorithm: str
+  lam: float
+  net: Model
+  optimizer: optax.GradientTransformation
+  val: Any
+  test: Any
+  train_steps: int
+  eval_every_steps: int
+  log_every_steps: int
+  checkpoint_every_steps: int
+  val_batch_size: int
+  val_max_samples: Optional[int]
+  test_batch_size: int
+  test_max_samples: Optional[int]
+  stop_after_steps: Optional[int]
+  progress: bool
+  gin_str: str
+  settings: Dict[str, Any]   # result.json's settings fields
 
-  ckpt_path = out_dir / CHECKPOINT_NAME
-  state = load_checkpoint(ckpt_path)
-  if state is not None:
-    stream.load_state_dict(state["stream"])
-    params, opt_state = state["params"], state["opt_state"]
-    log(f"resuming {model}/{algorithm}/seed{seed} from step {state['step']}")
-  else:
-    init_batch = next(iter(data.eval_batches(val, val_batch_size)))[0]
-    params = net.init(jax.random.PRNGKey(seed), [init_batch.features])
-    opt_state = optimizer.init(params)
-    state = {"step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
-             "curves": empty_curves(), "train_time_s": 0.0, "eval_time_s": 0.0,
-             "diverged_step": None}
-  curves = state["curves"]
-  step = state["step"]
-  pending = []  # device-side losses since the last log, fetched in one go
-  t_train = state["train_time_s"]  # accumulated over resumes
-  t_eval = state["eval_time_s"]
-  diverged_step = state["diverged_step"]
+  def stop_at(self, step: int) -> int:
+    if self.stop_after_steps is None:
+      return self.train_steps
+    return min(self.train_steps, step + int(self.stop_after_steps))
 
-  def do_eval(step_now):
-    nonlocal t_eval
+  # The loop's cadence, the same for every seed of the job.
+  def flush_due(self, step: int, stop_at: int) -> bool:
+    return (step % self.log_every_steps == 0 or step == stop_at
+            or step % self.eval_every_steps == 0
+            or step % self.checkpoint_every_steps == 0)
+
+  def eval_due(self, step: int) -> bool:
+    return step % self.eval_every_steps == 0 or step == self.train_steps
+
+  def checkpoint_due(self, step: int) -> bool:
+    return step % self.checkpoint_every_steps == 0 and step < self.train_steps
+
+
+class _SeedRun:
+  """One seed's bookkeeping: folder, data stream, checkpoint state, curves,
+  pending losses, divergence and result.json.
+
+  Everything of a run except its parameters and optimizer state, which the
+  training loop holds: one seed's arrays (`_train_single`), or K seeds'
+  stacked on a leading axis (`_train_vmapped`), which hands this object its
+  seed's slice when it evaluates or checkpoints.
+  """
+
+  def __init__(self, job: _Job, seed: int, out_dir: pathlib.Path,
+               stream: data.TrainStream):
+    self.job = job
+    self.seed = int(seed)
+    self.out_dir = out_dir
+    self.stream = stream
+    self.ckpt_path = out_dir / CHECKPOINT_NAME
+    self.result_path = out_dir / RESULT_NAME
+    self.pending = []  # (step, device-side losses) since the last flush
+    self.last_report = time.time()
+
+  @property
+  def name(self) -> str:
+    return f"{self.job.model}/{self.job.algorithm}/seed{self.seed}"
+
+  def start(self):
+    """Resume from the checkpoint, or initialise; returns (params, opt_state)."""
+    job = self.job
+    state = load_checkpoint(self.ckpt_path)
+    if state is not None:
+      self.stream.load_state_dict(state["stream"])
+      params, opt_state = state["params"], state["opt_state"]
+      log(f"resuming {self.name} from step {state['step']}")
+    else:
+      init_batch = next(iter(data.eval_batches(job.val, job.val_batch_size)))[0]
+      params = job.net.init(jax.random.PRNGKey(self.seed), [init_batch.features])
+      opt_state = job.optimizer.init(params)
+      state = {"step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
+               "curves": empty_curves(), "train_time_s": 0.0, "eval_time_s": 0.0,
+               "diverged_step": None}
+    self.state = state
+    self.curves = state["curves"]
+    self.step = state["step"]
+    self.t_train = state["train_time_s"]  # accumulated over resumes
+    self.t_eval = state["eval_time_s"]
+    self.diverged_step = state["diverged_step"]
+    if self.step == 0 and not self.curves["val"]["step"]:
+      self.evaluate(params, 0)
+    return params, opt_state
+
+  def evaluate(self, params, step_now: int) -> Dict[str, Any]:
+    job, state, curves = self.job, self.state, self.curves
     t0 = time.time()
-    res = evaluate_split(net, params, val, 0, val_batch_size, with_hints=True,
-                         max_samples=val_max_samples)
-    t_eval += time.time() - t0
+    res = evaluate_split(job.net, params, job.val, 0, job.val_batch_size,
+                         with_hints=True, max_samples=job.val_max_samples)
+    self.t_eval += time.time() - t0
     curves["val"]["step"].append(step_now)
     curves["val"]["score"].append(res["score"])
     curves["val"]["hidden_norm"].append(res["history_norm"])
@@ -418,119 +623,260 @@ def run_experiment(*,
       state["best_params"] = jax.tree_util.tree_map(np.asarray, params)
     return res
 
-  def save_checkpoint():
-    state.update(step=step, params=jax.tree_util.tree_map(np.asarray, params),
-                 opt_state=jax.tree_util.tree_map(np.asarray, opt_state),
-                 stream=stream.state_dict(), curves=curves,
-                 train_time_s=t_train, eval_time_s=t_eval,
-                 diverged_step=diverged_step)
-    atomic_write_bytes(ckpt_path, pickle.dumps(state, protocol=4))
+  def report(self, res: Dict[str, Any]) -> None:
+    job = self.job
+    if job.progress and (time.time() - self.last_report > 10
+                         or self.step == job.train_steps):
+      self.last_report = time.time()
+      log(f"{self.name} step {self.step}/{job.train_steps} "
+          f"loss {self.curves['train']['loss'][-1]:.4f} val {res['score']:.4f} "
+          f"(best {self.state['best_val']:.4f} @ {self.state['best_step']}) "
+          f"{self.step / max(self.t_train, 1e-9):.2f} steps/s")
 
-  def flush_pending():
-    """Fetch logged losses; returns the first step whose loss is not finite."""
-    if not pending:
+  def save_checkpoint(self, params, opt_state) -> None:
+    self.state.update(step=self.step, params=jax.tree_util.tree_map(np.asarray, params),
+                      opt_state=jax.tree_util.tree_map(np.asarray, opt_state),
+                      stream=self.stream.state_dict(), curves=self.curves,
+                      train_time_s=self.t_train, eval_time_s=self.t_eval,
+                      diverged_step=self.diverged_step)
+    atomic_write_bytes(self.ckpt_path, pickle.dumps(self.state, protocol=4))
+
+  def flush(self) -> Optional[int]:
+    """Fetch this run's pending losses; see `record`."""
+    if not self.pending:
       return None
-    steps_, losses_ = zip(*pending)
-    fetched = jax.device_get(list(losses_))
-    pending.clear()
+    steps, losses = zip(*self.pending)
+    self.pending.clear()
+    return self.record(steps, jax.device_get(list(losses)))
+
+  def record(self, steps: Sequence[int], fetched: Sequence[Any]) -> Optional[int]:
+    """Log one window of fetched losses; returns the first non-finite step."""
     bad = None
-    for s, l in zip(steps_, fetched):
+    for s, l in zip(steps, fetched):
       if not np.isfinite(float(l.total)) and bad is None:
         bad = s
-    tr = curves["train"]
-    tr["step"].append(steps_[-1])
+    tr = self.curves["train"]
+    tr["step"].append(steps[-1])
     for key, attr in [("loss", "total"), ("output_loss", "output"),
                       ("hint_loss", "hint"), ("gate_penalty", "gate_penalty"),
                       ("gate_term", "gate_term")]:
       tr[key].append(float(np.mean([float(getattr(l, attr)) for l in fetched])))
     return bad
 
-  if step == 0 and not curves["val"]["step"]:
-    do_eval(0)
-  stop_at = train_steps if stop_after_steps is None else min(
-      train_steps, step + int(stop_after_steps))
-  lam_arr = jnp.asarray(lam, jnp.float32)
-  base_key = jax.random.PRNGKey(seed + 1)
-  last_report = time.time()
-  while step < stop_at and diverged_step is None:
-    feedback = next(stream)
+  def diverge(self, step: int) -> None:
+    self.diverged_step = step
+    log(f"{self.name}: non-finite loss at step {step}: run diverged")
+
+  def end(self, params, opt_state) -> Dict[str, Any]:
+    """After the loop: the result, or (stopped early on purpose) the checkpoint."""
+    if self.diverged_step is None and self.step < self.job.train_steps:
+      # Interrupted on purpose (tests): leave the checkpoint, write no result.
+      self.save_checkpoint(params, opt_state)
+      return {"status": "interrupted", "steps": self.step}
+    return self.finish()
+
+  def finish(self) -> Dict[str, Any]:
+    """Score the best parameters on test (unless diverged); write result.json."""
+    job, state = self.job, self.state
+    train_time = self.t_train
+    eval_time = self.t_eval
+    test_res = None
+    if self.diverged_step is None:
+      t0 = time.time()
+      test_res = evaluate_split(job.net, state["best_params"], job.test, 0,
+                                job.test_batch_size, with_hints=False,
+                                max_samples=job.test_max_samples)
+      eval_time += time.time() - t0
+    steps_done = self.step if self.diverged_step is None else self.diverged_step
+    result = {
+        "schema": RESULT_SCHEMA,
+        "model": job.model,
+        "history": MODELS[job.model],
+        "algorithm": job.algorithm,
+        "seed": self.seed,
+        "status": "done" if self.diverged_step is None else "diverged",
+        "steps": int(steps_done),
+        "train_steps": job.train_steps,
+        "diverged_step": self.diverged_step,
+        "test_score": None if test_res is None else test_res["score"],
+        "test_scores": None if test_res is None else test_res["scores"],
+        "val_best": state["best_val"] if state["best_params"] is not None else None,
+        "val_best_step": state["best_step"],
+        "lambda_gate": job.lam,
+        "hidden_size": job.settings["hidden_size"],
+        "batch_size": job.settings["batch_size"],
+        "learning_rate": job.settings["learning_rate"],
+        "schedule_steps": job.settings["schedule_steps"],
+        "train_lengths": job.settings["train_lengths"],
+        "curves": self.curves,
+        "wall_time_s": train_time + eval_time,
+        "train_time_s": train_time,
+        "eval_time_s": eval_time,
+        "steps_per_s": steps_done / max(train_time, 1e-9),
+        "versions": package_versions(),
+        "gin_config": job.gin_str,
+    }
+    atomic_write_bytes(self.result_path, json.dumps(jsonable(result), indent=1).encode())
+    if self.ckpt_path.exists():
+      self.ckpt_path.unlink()
+    log(f"wrote {self.result_path}: status {result['status']}, test "
+        f"{result['test_score'] if result['test_score'] is None else round(result['test_score'], 4)}")
+    return result
+
+
+def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> Dict[str, Any]:
+  """One seed, `Model.train_step` (jitted per shape): the K = 1 path."""
+  stop_at = job.stop_at(run.step)
+  lam_arr = jnp.asarray(job.lam, jnp.float32)
+  base_key = jax.random.PRNGKey(run.seed + 1)
+  while run.step < stop_at and run.diverged_step is None:
+    feedback = next(run.stream)
     t0 = time.time()
     # The step's rng depends on (seed, step) only, so resuming needs no rng state.
-    rng_key = jax.random.fold_in(base_key, step)
-    params, opt_state, losses = net.train_step(params, opt_state, feedback,
-                                               lam_arr, 0, rng_key)
-    step += 1
-    pending.append((step, losses))
-    if (step % log_every_steps == 0 or step == stop_at
-        or step % eval_every_steps == 0 or step % checkpoint_every_steps == 0):
-      bad = flush_pending()
-      t_train += time.time() - t0
+    rng_key = jax.random.fold_in(base_key, run.step)
+    params, opt_state, losses = job.net.train_step(params, opt_state, feedback,
+                                                   lam_arr, 0, rng_key)
+    run.step += 1
+    run.pending.append((run.step, losses))
+    if job.flush_due(run.step, stop_at):
+      bad = run.flush()
+      run.t_train += time.time() - t0
       if bad is not None:
-        diverged_step = bad
-        log(f"non-finite loss at step {bad}: run diverged")
+        run.diverge(bad)
         break
     else:
-      t_train += time.time() - t0
-    if step % eval_every_steps == 0 or step == train_steps:
-      res = do_eval(step)
-      if progress and (time.time() - last_report > 10 or step == train_steps):
-        last_report = time.time()
-        elapsed = t_train
-        log(f"{model}/{algorithm}/seed{seed} step {step}/{train_steps} "
-             f"loss {curves['train']['loss'][-1]:.4f} val {res['score']:.4f} "
-             f"(best {state['best_val']:.4f} @ {state['best_step']}) "
-             f"{step / max(elapsed, 1e-9):.2f} steps/s")
-    if step % checkpoint_every_steps == 0 and step < train_steps:
-      save_checkpoint()
+      run.t_train += time.time() - t0
+    if job.eval_due(run.step):
+      run.report(run.evaluate(params, run.step))
+    if job.checkpoint_due(run.step):
+      run.save_checkpoint(params, opt_state)
+  return run.end(params, opt_state)
 
-  if diverged_step is None and step < train_steps:
-    # Interrupted on purpose (tests): leave the checkpoint, write no result.
-    save_checkpoint()
-    return {"status": "interrupted", "steps": step}
 
-  train_time = t_train
-  eval_time = t_eval
-  test_res = None
-  if diverged_step is None:
+def make_vmapped_train_step(net: Model, algorithm_index: int = 0):
+  """K seeds' optimizer steps as one jitted computation.
+
+  `jax.vmap` of `Model._train_step` over a leading seed axis of params,
+  optimizer state, batch and rng key; `lambda_gate` and `max_length` are
+  shared, unbatched: a scalar `max_length` (the longest trajectory over all
+  K batches) keeps the model's skip of finished time steps a real branch,
+  where a batched one would turn into a select that computes both sides.
+  Parameters and optimizer state are donated, as `Model.train_step` does.
+  Call: `(params, opt_state, batch, lambda_gate, rng_keys, max_length)` ->
+  `(params, opt_state, losses)`, all with the leading K axis.
+  """
+  def step(params, opt_state, feedback, lambda_gate, rng_key, max_length):
+    return net._train_step(params, opt_state, feedback, lambda_gate,  # pylint: disable=protected-access
+                           algorithm_index, rng_key, max_length)
+  return jax.jit(jax.vmap(step, in_axes=(0, 0, 0, None, 0, None)),
+                 donate_argnums=(0, 1))
+
+
+# Per-seed step keys fold_in(PRNGKey(seed + 1), step) for K seeds in one call;
+# the same bits as K separate fold_in calls.
+fold_in_each = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
+
+
+def stack_trees(trees: Sequence[Any]):
+  """K pytrees of the same structure -> one with a leading K axis (on device)."""
+  return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.stack([np.asarray(x) for x in xs])),
+                                *trees)
+
+
+def tree_index(tree, i: int):
+  """Seed `i`'s slice of a stacked pytree already on the host (numpy)."""
+  return jax.tree_util.tree_map(lambda x: np.asarray(x[i]), tree)
+
+
+def stack_batches(feedbacks: Sequence[clrs.Feedback]):
+  """K seeds' train batches of one step -> (stacked batch, max_length).
+
+  The batches have the same graph size (lockstep streams) but may differ in
+  hint time length (each stream's time bucket); all are zero-padded to the
+  longest, which changes no number (outputs freeze after a trajectory's end,
+  hint losses are masked).  `max_length`: the longest trajectory of all K
+  batches, an int32 scalar.
+  """
+  T = max(int(fb.features.hints[0].data.shape[0]) for fb in feedbacks)
+  padded = [data.pad_time(fb, T) for fb in feedbacks]
+  shapes = {tuple(np.shape(x) for x in jax.tree_util.tree_leaves(fb)) for fb in padded}
+  if len(shapes) != 1:
+    raise ValueError("the seeds' train batches of one step differ in shape (graph "
+                     f"sizes out of step?): {sorted(shapes)}")
+  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *padded)
+  max_length = np.int32(max(int(np.max(fb.features.lengths)) for fb in feedbacks))
+  return stacked, max_length
+
+
+def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
+  """K >= 2 seeds at the same step, one vmapped step for all (K-seed mode).
+
+  `group`: (run, params, opt_state) per seed.  The cadence (log, eval,
+  checkpoint) is the single path's; each seed's losses are fetched, checked
+  and logged by its own `_SeedRun`, which also evaluates and checkpoints its
+  slice of the stacked parameters.
+  """
+  active = [run for run, _, _ in group]
+  step = active[0].step
+  stop_at = job.stop_at(step)
+  params = stack_trees([p for _, p, _ in group])
+  opt_state = stack_trees([o for _, _, o in group])
+  base_keys = jnp.stack([jax.random.PRNGKey(run.seed + 1) for run in active])
+  vstep = make_vmapped_train_step(job.net)
+  lam_arr = jnp.asarray(job.lam, jnp.float32)
+  pending = []  # (step, stacked device-side losses) since the last flush
+  results = {}
+  log(f"{job.model}/{job.algorithm}: training seeds {[r.seed for r in active]} "
+      f"together (one vmapped step) from step {step}")
+  while step < stop_at and active:
+    feedbacks = [next(run.stream) for run in active]
     t0 = time.time()
-    test_res = evaluate_split(net, state["best_params"], test, 0, test_batch_size,
-                              with_hints=False, max_samples=test_max_samples)
-    eval_time += time.time() - t0
-  steps_done = step if diverged_step is None else diverged_step
-  result = {
-      "schema": RESULT_SCHEMA,
-      "model": model,
-      "history": MODELS[model],
-      "algorithm": algorithm,
-      "seed": int(seed),
-      "status": "done" if diverged_step is None else "diverged",
-      "steps": int(steps_done),
-      "train_steps": int(train_steps),
-      "diverged_step": diverged_step,
-      "test_score": None if test_res is None else test_res["score"],
-      "test_scores": None if test_res is None else test_res["scores"],
-      "val_best": state["best_val"] if state["best_params"] is not None else None,
-      "val_best_step": state["best_step"],
-      "lambda_gate": lam,
-      "hidden_size": int(hidden_size),
-      "batch_size": int(batch_size),
-      "learning_rate": float(learning_rate),
-      "schedule_steps": int(schedule_steps or train_steps),
-      "train_lengths": [int(x) for x in train_lengths],
-      "curves": curves,
-      "wall_time_s": train_time + eval_time,
-      "train_time_s": train_time,
-      "eval_time_s": eval_time,
-      "steps_per_s": steps_done / max(train_time, 1e-9),
-      "versions": package_versions(),
-      "gin_config": gin_str,
-  }
-  atomic_write_bytes(result_path, json.dumps(jsonable(result), indent=1).encode())
-  if ckpt_path.exists():
-    ckpt_path.unlink()
-  log(f"wrote {result_path}: status {result['status']}, test "
-       f"{result['test_score'] if result['test_score'] is None else round(result['test_score'], 4)}")
-  return result
+    batch, max_length = stack_batches(feedbacks)
+    params, opt_state, losses = vstep(params, opt_state, batch, lam_arr,
+                                      fold_in_each(base_keys, step), max_length)
+    step += 1
+    pending.append((step, losses))
+    bad = [None] * len(active)
+    if job.flush_due(step, stop_at):
+      steps, stacked = zip(*pending)
+      pending.clear()
+      fetched = jax.device_get(list(stacked))
+      bad = [run.record(steps, [tree_index(l, i) for l in fetched])
+             for i, run in enumerate(active)]
+    dt = time.time() - t0
+    for run in active:
+      run.step = step
+      run.t_train += dt  # the job's wall time: shared by its seeds
+    if any(b is not None for b in bad):
+      # As a separate run: it ends here with status "diverged"; the other
+      # seeds go on without it (one compilation for the smaller K).
+      keep = []
+      for i, (run, b) in enumerate(zip(active, bad)):
+        if b is None:
+          keep.append(i)
+        else:
+          run.diverge(b)
+          results[run.seed] = run.finish()
+      active = [active[i] for i in keep]
+      if not active:
+        break
+      idx = np.asarray(keep)
+      params, opt_state, base_keys = jax.tree_util.tree_map(
+          lambda x: x[idx], (params, opt_state, base_keys))
+    if job.eval_due(step) or job.checkpoint_due(step):
+      host_params = jax.device_get(params)
+      if job.eval_due(step):
+        for i, run in enumerate(active):
+          run.report(run.evaluate(tree_index(host_params, i), step))
+      if job.checkpoint_due(step):
+        host_opt = jax.device_get(opt_state)
+        for i, run in enumerate(active):
+          run.save_checkpoint(tree_index(host_params, i), tree_index(host_opt, i))
+  if active:
+    host_params, host_opt = jax.device_get((params, opt_state))
+    for i, run in enumerate(active):
+      results[run.seed] = run.end(tree_index(host_params, i), tree_index(host_opt, i))
+  return results
 
 
 def empty_curves():
@@ -568,3 +914,14 @@ def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
   run_experiment(algorithm=algorithm, seed=int(seed), results_dir=results_dir)
   model = gin.query_parameter("run_experiment.model")
   return str(run_dir(results_dir, model, algorithm, seed) / RESULT_NAME)
+
+
+def run_seeds_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
+                       algorithm: str, seeds: Sequence[int], results_dir: str) -> List[str]:
+  """As `run_from_gin` for K seeds trained together (K-seed mode); their result paths."""
+  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  config_lib.parse_gin(gin_files, gin_params)
+  seeds = [int(s) for s in seeds]
+  run_experiment(algorithm=algorithm, seed=seeds, results_dir=results_dir)
+  model = gin.query_parameter("run_experiment.model")
+  return [str(run_dir(results_dir, model, algorithm, s) / RESULT_NAME) for s in seeds]

@@ -21,9 +21,10 @@ def bfs_batch():
   return spec, feedback
 
 
-def _model(spec, feedback, history, gate_bias_init=0.0):
+def _model(spec, feedback, history, gate_bias_init=0.0, impl="auto"):
   config = model_lib.NetConfig(hidden_size=HIDDEN, history=history,
-                               nb_triplet_fts=4, gate_bias_init=gate_bias_init)
+                               nb_triplet_fts=4, gate_bias_init=gate_bias_init,
+                               impl=impl)
   m = train.Model([spec], [model_lib.nb_dims_of(feedback)], config,
                   train.make_optimizer(1e-3, 100, 1.0))
   params = m.init(jax.random.PRNGKey(0), [feedback.features])
@@ -144,11 +145,13 @@ def test_bad_config_is_one_clear_error():
     model_lib.NetConfig(hidden_size=0)
 
 
+@pytest.mark.parametrize("impl", ["reference", "fast"])
 @pytest.mark.parametrize("algorithm", ["bfs", "insertion_sort"])
-def test_baseline_is_dm_clrs_net(algorithm):
+def test_baseline_is_dm_clrs_net(algorithm, impl):
   """history='full' is dm-clrs's own Net: same parameter tree, and with the
   same parameters the same test predictions (and, without Gumbel-noised
-  permutation decoders, the same training loss)."""
+  permutation decoders, the same training loss: to the last bit with dm-clrs's
+  modules, to round-off on the fast path)."""
   import tempfile
   from nar_markov import data
   stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=(NB_NODES,))
@@ -164,7 +167,7 @@ def test_baseline_is_dm_clrs_net(algorithm):
       hint_repred_mode="soft", nb_msg_passing_steps=1)
   clrs_model.init([feedback.features], 1)
   params = clrs_model.params
-  ours, our_params = _model(stream.spec, feedback, "full")
+  ours, our_params = _model(stream.spec, feedback, "full", impl=impl)
   assert jax.tree_util.tree_structure(our_params) == jax.tree_util.tree_structure(params)
   out = ours.apply(params, feedback.features, 0, True)
   our_preds = model_lib.postprocess_outputs(stream.spec, out.output_preds)
@@ -175,4 +178,5 @@ def test_baseline_is_dm_clrs_net(algorithm):
   if algorithm == "bfs":
     ours_loss = ours.loss(params, feedback, 0.0, 0, jax.random.PRNGKey(0)).total
     their_loss = clrs_model._loss(params, jax.random.PRNGKey(0), feedback, 0)  # pylint: disable=protected-access
-    np.testing.assert_allclose(float(ours_loss), float(their_loss), rtol=1e-6)
+    np.testing.assert_allclose(float(ours_loss), float(their_loss),
+                               rtol=1e-6 if impl == "reference" else 1e-5)

@@ -1,0 +1,280 @@
+"""K seeds in one process (one vmapped step) vs the same K seeds one after another.
+
+    python -m nar_markov.bench_seeds [--algorithm bfs] [--k 4] [--steps 20]
+        [--rounds 2] [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16]
+        [--model baseline] [--seed 0] [--out FILE.json]
+
+What `run_experiment(seed=[s1..sK])` (SEEDS_PER_JOB = K) buys over K separate
+runs, per training step, on this machine:
+
+- vmapped: seeds `seed .. seed+K-1` trained by ONE `train.make_vmapped_train_step`
+  call per step, on their batches stacked by `train.stack_batches` (time-padded
+  to the longest of the K) -- the K-seed loop of `train.run_experiment`,
+  stacking and step rng included.
+- sequential: the same K seeds one after another, each with its own
+  `train.Model` (so its own jitted `Model.train_step`), as K separate runs.
+
+Both consume the same train batches (each seed's `data.TrainStream`, drawn
+once up front), start from the same parameters (`PRNGKey(seed)`) and use the
+protocol's optimizer; evaluation is not timed.  Compilation is excluded:
+each side first runs one step on every distinct batch shape it will see
+(one per train length, in practice), and a compilation during a timed block
+is counted in the report (`compilations_in_timed`, expected 0).  Then
+`--rounds` rounds of `--steps` steps per seed each, the order of the two
+sides alternating between rounds; every step is timed to
+`jax.block_until_ready` of its outputs (the vmapped side's batch stacking
+included).  Reported: seed-steps/s (K x steps / summed step times) of each
+side, `ratio` = vmapped / sequential (> 1: K seeds per job is faster), and
+per graph size the median time of one step: a vmapped step (K seeds) and a
+sequential seed-step (`ratio_by_nb_nodes` = K x seed-step / vmapped step).  Writes JSON (schema `nar_markov.bench_seeds/1`) and prints a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nar_markov import data
+from nar_markov import model as model_lib
+from nar_markov import train
+
+SCHEMA = "nar_markov.bench_seeds/1"
+_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def _log(msg: str) -> None:
+  print(f"[bench_seeds] {msg}", file=sys.stderr, flush=True)
+
+
+class _Compiles:
+  """Counts XLA backend compilations while active (jax.monitoring)."""
+
+  def __init__(self):
+    self.count = 0
+    jax.monitoring.register_event_duration_secs_listener(self._on)
+
+  def _on(self, event: str, duration: float, **kwargs) -> None:
+    del duration, kwargs
+    if event == _BACKEND_COMPILE_EVENT:
+      self.count += 1
+
+  def close(self) -> None:
+    jax.monitoring.unregister_event_duration_listener(self._on)
+
+
+def _shape_key(tree) -> tuple:
+  return tuple(np.shape(x) for x in jax.tree_util.tree_leaves(tree))
+
+
+def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
+        hidden: int = 128, batch: int = 32,
+        lengths: Sequence[int] = data.TRAIN_LENGTHS, model: str = "baseline",
+        seed: int = 0) -> Dict[str, Any]:
+  """The measurement; returns the JSON report."""
+  if k < 1 or steps < 1 or rounds < 1:
+    raise ValueError(f"--k, --steps and --rounds must be >= 1, got {k}, {steps}, {rounds}")
+  if model not in train.MODELS:
+    raise ValueError(f"unknown model {model!r}; valid: {sorted(train.MODELS)}")
+  algorithm = data.check_algorithm(algorithm)
+  seeds = list(range(seed, seed + k))
+  t_start = time.time()
+
+  _log(f"drawing {rounds} x {steps} batches for each of seeds {seeds}")
+  streams = [data.TrainStream(algorithm, seed=s, batch_size=batch, lengths=tuple(lengths))
+             for s in seeds]
+  n_batches = rounds * steps
+  batches = [[next(st) for _ in range(n_batches)] for st in streams]  # [seed][step]
+  spec = streams[0].spec
+  nb_dims = model_lib.nb_dims_of(batches[0][0])
+  config = model_lib.NetConfig(hidden_size=hidden, history=train.MODELS[model],
+                               nb_triplet_fts=8)
+  lam = jnp.asarray(0.0, jnp.float32)  # the penalty's cost is in the step either way
+
+  def make_net():
+    optimizer = train.make_optimizer(1.5e-3, 10_000, 1.0)  # the protocol's
+    return train.Model([spec], [nb_dims], config, optimizer), optimizer
+
+  def init(net, optimizer, s):
+    params = net.init(jax.random.PRNGKey(s), [batches[0][0].features])
+    return params, optimizer.init(params)
+
+  # Sequential: K separate runs, each its own Model (its own jit).
+  seq = []
+  for i, s in enumerate(seeds):
+    net, optimizer = make_net()
+    params, opt_state = init(net, optimizer, s)
+    seq.append({"net": net, "params": params, "opt": opt_state,
+                "key": jax.random.PRNGKey(s + 1), "batches": batches[i]})
+  # Vmapped: one Model, its K seeds stacked.
+  vnet, voptimizer = make_net()
+  inits = [init(vnet, voptimizer, s) for s in seeds]
+  vstate = {"params": train.stack_trees([p for p, _ in inits]),
+            "opt": train.stack_trees([o for _, o in inits]),
+            "keys": jnp.stack([jax.random.PRNGKey(s + 1) for s in seeds])}
+  vstep = train.make_vmapped_train_step(vnet)
+
+  step_times = {"vmapped": [], "sequential": []}  # (nb_nodes, seconds) per step
+
+  def seq_block(run_, step_ids, record=False):
+    for t in step_ids:
+      t0 = time.time()
+      rng = jax.random.fold_in(run_["key"], t)
+      run_["params"], run_["opt"], out = run_["net"].train_step(
+          run_["params"], run_["opt"], run_["batches"][t], lam, 0, rng)
+      jax.block_until_ready(out)
+      if record:
+        step_times["sequential"].append((data.nb_nodes_of(run_["batches"][t]),
+                                         time.time() - t0))
+
+  def vmap_block(step_ids, record=False):
+    for t in step_ids:
+      t0 = time.time()
+      stacked, max_length = train.stack_batches([b[t] for b in batches])
+      vstate["params"], vstate["opt"], out = vstep(
+          vstate["params"], vstate["opt"], stacked, lam,
+          train.fold_in_each(vstate["keys"], t), max_length)
+      jax.block_until_ready(out)
+      if record:
+        step_times["vmapped"].append((data.nb_nodes_of(batches[0][t]), time.time() - t0))
+
+  # Warm-up: one step per distinct batch shape each side will see.
+  compiles = _Compiles()
+  t0 = time.time()
+  for run_ in seq:
+    firsts = {}
+    for t, b in enumerate(run_["batches"]):
+      firsts.setdefault(_shape_key(b), t)
+    seq_block(run_, sorted(firsts.values()))
+  seq_warm_s, seq_warm_compiles = time.time() - t0, compiles.count
+  t0 = time.time()
+  firsts = {}
+  for t in range(n_batches):
+    firsts.setdefault(_shape_key(train.stack_batches([b[t] for b in batches])[0]), t)
+  vmap_block(sorted(firsts.values()))
+  vmap_warm_s, vmap_warm_compiles = time.time() - t0, compiles.count - seq_warm_compiles
+  _log(f"warm-up: sequential {seq_warm_s:.1f}s ({seq_warm_compiles} compilations), "
+       f"vmapped {vmap_warm_s:.1f}s ({vmap_warm_compiles}; "
+       f"{len(firsts)} stacked batch shapes)")
+
+  rounds_out = []
+  for r in range(rounds):
+    step_ids = list(range(r * steps, (r + 1) * steps))
+    times = {}
+    for side in (("vmapped", "sequential") if r % 2 == 0 else ("sequential", "vmapped")):
+      before, n_before = compiles.count, len(step_times[side])
+      if side == "vmapped":
+        vmap_block(step_ids, record=True)
+      else:
+        for run_ in seq:
+          seq_block(run_, step_ids, record=True)
+      times[side] = {"time_s": sum(dt for _, dt in step_times[side][n_before:]),
+                     "compilations": compiles.count - before}
+    rounds_out.append(times)
+    _log(f"round {r + 1}/{rounds}: vmapped {times['vmapped']['time_s']:.2f}s, "
+         f"sequential {times['sequential']['time_s']:.2f}s for {k} x {steps} seed-steps")
+  compiles.close()
+
+  seed_steps = k * steps * rounds
+  totals = {side: sum(x[side]["time_s"] for x in rounds_out)
+            for side in ("vmapped", "sequential")}
+  rate = {side: seed_steps / totals[side] for side in totals}
+  by_nodes = {}
+  for n in sorted({n for n, _ in step_times["vmapped"]}):
+    v = float(np.median([dt for m, dt in step_times["vmapped"] if m == n]))
+    q = float(np.median([dt for m, dt in step_times["sequential"] if m == n]))
+    by_nodes[str(n)] = {"vmapped_step_s": v, "sequential_seed_step_s": q,
+                        "ratio": k * q / v}
+  return {
+      "schema": SCHEMA,
+      "created": datetime.datetime.now().isoformat(timespec="seconds"),
+      "settings": {"algorithm": algorithm, "model": model, "k": k, "seeds": seeds,
+                   "steps_per_round": steps, "rounds": rounds, "hidden_size": hidden,
+                   "batch_size": batch, "train_lengths": list(streams[0].lengths),
+                   "net_impl": getattr(config, "impl", None)},
+      "timed_seed_steps": seed_steps,
+      "vmapped": {"time_s": totals["vmapped"], "seed_steps_per_s": rate["vmapped"],
+                  "warmup_s": vmap_warm_s, "warmup_compilations": vmap_warm_compiles},
+      "sequential": {"time_s": totals["sequential"],
+                     "seed_steps_per_s": rate["sequential"],
+                     "warmup_s": seq_warm_s, "warmup_compilations": seq_warm_compiles},
+      "ratio": rate["vmapped"] / rate["sequential"],
+      "compilations_in_timed": sum(x[s]["compilations"] for x in rounds_out for s in x),
+      "by_nb_nodes": by_nodes,
+      "rounds": rounds_out,
+      "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                  "devices": [str(d) for d in jax.devices()],
+                  "load_average": list(os.getloadavg())},
+      "versions": train.package_versions(),
+      "wall_time_s": time.time() - t_start,
+  }
+
+
+def markdown_table(report: Dict[str, Any]) -> str:
+  s = report["settings"]
+  lines = [
+      "| algorithm | model | K | hidden | batch | timed steps per seed | "
+      "sequential seed-steps/s | vmapped seed-steps/s | ratio |",
+      "|---|---|---|---|---|---|---|---|---|",
+      f"| {s['algorithm']} | {s['model']} | {s['k']} | {s['hidden_size']} | "
+      f"{s['batch_size']} | {s['steps_per_round'] * s['rounds']} | "
+      f"{report['sequential']['seed_steps_per_s']:.2f} | "
+      f"{report['vmapped']['seed_steps_per_s']:.2f} | {report['ratio']:.3f} |",
+      "",
+      "| nodes | sequential seed-step (s) | vmapped step, K seeds (s) | ratio |",
+      "|---|---|---|---|",
+  ]
+  for n, row in report["by_nb_nodes"].items():
+    lines.append(f"| {n} | {row['sequential_seed_step_s']:.3f} | "
+                 f"{row['vmapped_step_s']:.3f} | {row['ratio']:.3f} |")
+  return "\n".join(lines)
+
+
+def _int_list(text: str) -> List[int]:
+  return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--algorithm", default="bfs")
+  p.add_argument("--k", type=int, default=4, help="seeds (default 4)")
+  p.add_argument("--steps", type=int, default=20,
+                 help="timed steps per seed in each round (default 20)")
+  p.add_argument("--rounds", type=int, default=2,
+                 help="timed rounds, alternating which side goes first (default 2)")
+  p.add_argument("--hidden", type=int, default=128)
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--lengths", type=_int_list, default=list(data.TRAIN_LENGTHS))
+  p.add_argument("--model", default="baseline", help=f"one of {sorted(train.MODELS)}")
+  p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+  p.add_argument("--out", default=None, help="JSON report path")
+  args = p.parse_args(argv)
+  train.setup_compilation_cache()
+  try:
+    report = run(algorithm=args.algorithm, k=args.k, steps=args.steps, rounds=args.rounds,
+                 hidden=args.hidden, batch=args.batch, lengths=args.lengths,
+                 model=args.model, seed=args.seed)
+  except ValueError as e:
+    print(f"bench_seeds: error: {e}", file=sys.stderr)
+    return 2
+  if args.out:
+    train.atomic_write_bytes(pathlib.Path(args.out),
+                             json.dumps(train.jsonable(report), indent=1).encode())
+    _log(f"wrote {args.out}")
+  print(markdown_table(report))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

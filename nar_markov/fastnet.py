@@ -1,0 +1,487 @@
+"""The same network as `model.Net`, computed with less work (issue 6).
+
+`FastNet` has `Net`'s parameters (same names, shapes and creation order, so a
+checkpoint of either runs in the other) and computes the same function up to
+float round-off; tests/test_fastnet.py checks losses, gradients and
+predictions against `Net` on every CLRS type of feature.  Where the time
+went in `Net` (dm-clrs's own modules), and what changed, measured on the
+2-core CPU machine (README "Speed"):
+
+1. Edge features are low rank.  Every edge encoding is a `Linear` of a
+   feature with 1 (scalar, mask, pointer) or C (categorical) channels, so
+   ``edge_fts = x @ W + b`` with x: [B, N, N, D], D ~ 1-10.  dm-clrs
+   materialises edge_fts [B, N, N, H] and then multiplies it by [H, H]
+   matrices (the processor's m_e, the triplet t_e_*, every decoder reading
+   edges).  `EdgeFts` keeps (x, W, b) and folds W into the next matrix:
+   ``edge_fts @ M = x @ (W @ M) + b @ M`` -- D*H instead of H*H per entry.
+   Edge-pointer encodings average a [B, N, N, N, H] one-hot encoding over
+   one axis; here the mean of the one-hot comes first ([B, N, N]).
+2. Inputs are encoded once per trajectory instead of once per step (the
+   order of additions, inputs then hints, is dm-clrs's).
+3. Outputs are decoded once.  dm-clrs decodes outputs at every step and
+   keeps, per trajectory, those of its last step; here the decoders' inputs
+   of each trajectory's last step are carried and decoded after the scan.
+   (The Gumbel noise of permutation outputs in training is then drawn once,
+   from another key: same distribution, different draw.)
+4. Pointer decoders reduce ``max(a, c) . w`` over H as it is produced,
+   forward and backward (custom VJPs): edge pointers (floyd_warshall,
+   optimal_bst, ...) never build dm-clrs's [B, N, N, N, H] tensor (4.3 GB
+   per step at n = 64, batch 32), node pointers skip a transpose and a
+   [B, N, N, H] maximum per decoder and step (`edge_pointer_logits`,
+   `node_pointer_logits`).
+7. Training recomputes each step's forward in the backward pass (`hk.remat`,
+   `NetConfig.remat`): storing and copying the per-step [B, N, N, H]
+   intermediates cost more on CPU than computing them twice (bfs 0.83 ->
+   0.70 s, insertion_sort 1.53 -> 1.34 s per n = 16 step, loaded machine).
+5. Steps after the last trajectory of the batch has ended are skipped (a
+   real branch, `hk.cond`): dm-clrs pads every batch to the sampler's
+   running max length and runs all of it; those steps change nothing that is
+   read (outputs are frozen, losses masked).
+6. At evaluation without hint statistics, per-step hint predictions are not
+   stacked over time (for floyd_warshall at n = 64: 2 GB per batch of 32).
+
+Only the Triplet-GMPNN processor (the paper's) has a fast path;
+`NetConfig(impl='reference')` runs dm-clrs's modules as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+import chex
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+from clrs._src import decoders
+from clrs._src import encoders
+from clrs._src import probing
+from clrs._src import specs
+
+from nar_markov import model as model_lib
+
+_Stage = specs.Stage
+_Location = specs.Location
+_Type = specs.Type
+_POINTERS = (_Type.POINTER, _Type.PERMUTATION_POINTER)
+
+
+# -- parameters of an hk.Linear without calling it on a big input ----------------
+
+
+def linear_params(linear: hk.Linear, input_size: int
+                  ) -> Tuple[chex.Array, chex.Array]:
+  """(w, b) of `linear` for inputs of width `input_size`.
+
+  Calling the module on an empty batch creates its parameters exactly as a
+  real call would (same names, shapes, initialisers, rng draws) and costs
+  nothing; `params_dict` then hands them over.
+  """
+  linear(jnp.zeros((0, input_size), jnp.float32))
+  params = linear.params_dict()
+  return params[f"{linear.module_name}/w"], params[f"{linear.module_name}/b"]
+
+
+class EdgeFts(NamedTuple):
+  """edge_fts = x @ w + b, without the [B, N, N, H] tensor."""
+  x: Optional[chex.Array]   # [B, N, N, D]; None when no edge feature exists
+  w: Optional[chex.Array]   # [D, H]
+  b: chex.Array             # [H]
+  shape: Tuple[int, int, int]  # (B, N, N)
+
+  def project(self, w2: chex.Array, b2: Optional[chex.Array] = None) -> chex.Array:
+    """edge_fts @ w2 (+ b2): [B, N, N, K]."""
+    bias = self.b @ w2
+    if b2 is not None:
+      bias = bias + b2
+    if self.x is None:
+      return jnp.broadcast_to(bias, self.shape + bias.shape)
+    return jnp.dot(self.x, self.w @ w2) + bias
+
+
+def _edge_terms(encs, dp) -> List[Tuple[chex.Array, chex.Array, chex.Array]]:
+  """(x, w, b) terms that dm-clrs's accum_edge_fts adds for one (preprocessed) dp."""
+  enc = encs[dp.name]
+  if dp.location == _Location.NODE and dp.type_ in _POINTERS:
+    return [(dp.data[..., None], *linear_params(enc[0], 1))]
+  if dp.location != _Location.EDGE:
+    return []
+  if dp.type_ == _Type.POINTER:
+    # mean over one node axis of Linear(one_hot[..., None]) = Linear of the mean.
+    return [(jnp.mean(dp.data, axis=1)[..., None], *linear_params(enc[0], 1)),
+            (jnp.mean(dp.data, axis=2)[..., None], *linear_params(enc[1], 1))]
+  if dp.type_ == _Type.CATEGORICAL:
+    return [(dp.data, *linear_params(enc[0], dp.data.shape[-1]))]
+  return [(dp.data[..., None], *linear_params(enc[0], 1))]
+
+
+class Encoded(NamedTuple):
+  node_fts: chex.Array
+  graph_fts: chex.Array
+  adj_mat: chex.Array
+  edge_terms: Tuple[Tuple[chex.Array, chex.Array, chex.Array], ...]
+
+
+def encode(encs, dps, start: Encoded, nb_nodes: int) -> Encoded:
+  """dm-clrs's encoders.accum_* over `dps`, edges kept as low-rank terms."""
+  node_fts, graph_fts, adj_mat = start.node_fts, start.graph_fts, start.adj_mat
+  terms = list(start.edge_terms)
+  for dp in dps:
+    dp = encoders.preprocess(dp, nb_nodes)
+    adj_mat = encoders.accum_adj_mat(dp, adj_mat)
+    terms += _edge_terms(encs, dp)
+    node_fts = encoders.accum_node_fts(encs[dp.name], dp, node_fts)
+    graph_fts = encoders.accum_graph_fts(encs[dp.name], dp, graph_fts)
+  return Encoded(node_fts, graph_fts, adj_mat, tuple(terms))
+
+
+def edge_fts_of(terms, batch_size: int, nb_nodes: int, hidden: int) -> EdgeFts:
+  shape = (batch_size, nb_nodes, nb_nodes)
+  if not terms:
+    return EdgeFts(None, None, jnp.zeros((hidden,), jnp.float32), shape)
+  x = jnp.concatenate([t[0] for t in terms], axis=-1)
+  w = jnp.concatenate([t[1] for t in terms], axis=0)
+  b = functools.reduce(lambda a, c: a + c, [t[2] for t in terms])
+  return EdgeFts(x, w, b, shape)
+
+
+# -- Triplet-GMPNN on low-rank edges ---------------------------------------------
+
+
+class TripletGMPNN(hk.Module):
+  """dm-clrs's triplet_gmpnn: MPNN(use_triplets=True, gated=True, msgs_mlp_sizes=[H, H]).
+
+  Same submodules in the same order (linear, linear_1, ..., mlp, layer_norm),
+  so the parameters are dm-clrs's; only products with edge_fts change.
+  """
+
+  def __init__(self, out_size: int, nb_triplet_fts: int, use_ln: bool,
+               name: str = "mpnn_aggr_clrs_processor"):
+    super().__init__(name=name)
+    self.out_size = out_size
+    self.nb_triplet_fts = nb_triplet_fts
+    self.use_ln = use_ln
+
+  def __call__(self, node_fts, edges: EdgeFts, graph_fts, hidden):
+    h = self.out_size
+    edge_width = edges.b.shape[0]
+    z = jnp.concatenate([node_fts, hidden], axis=-1)
+    m_1, m_2, m_e, m_g = (hk.Linear(h) for _ in range(4))
+    o1, o2 = hk.Linear(h), hk.Linear(h)
+    msg_1 = m_1(z)
+    msg_2 = m_2(z)
+    msg_e = edges.project(*linear_params(m_e, edge_width))
+    msg_g = m_g(graph_fts)
+
+    # Triplet messages (Dudzik and Velickovic 2022), as processors.get_triplet_msgs.
+    f = self.nb_triplet_fts
+    t_1, t_2, t_3, t_e_1, t_e_2, t_e_3, t_g = (hk.Linear(f) for _ in range(7))
+    tri_1, tri_2, tri_3 = t_1(z), t_2(z), t_3(z)
+    tri_e_1 = edges.project(*linear_params(t_e_1, edge_width))
+    tri_e_2 = edges.project(*linear_params(t_e_2, edge_width))
+    tri_e_3 = edges.project(*linear_params(t_e_3, edge_width))
+    tri_g = t_g(graph_fts)
+    triplets = (jnp.expand_dims(tri_1, axis=(2, 3)) +
+                jnp.expand_dims(tri_2, axis=(1, 3)) +
+                jnp.expand_dims(tri_3, axis=(1, 2)) +
+                jnp.expand_dims(tri_e_1, axis=3) +
+                jnp.expand_dims(tri_e_2, axis=2) +
+                jnp.expand_dims(tri_e_3, axis=1) +
+                jnp.expand_dims(tri_g, axis=(1, 2, 3)))
+    o3 = hk.Linear(h)
+    tri_msgs = jax.nn.relu(o3(jnp.max(triplets, axis=1)))   # (B, N, N, H)
+
+    msgs = (jnp.expand_dims(msg_1, axis=1) + jnp.expand_dims(msg_2, axis=2) +
+            msg_e + jnp.expand_dims(msg_g, axis=(1, 2)))
+    msgs = hk.nets.MLP([h, h])(jax.nn.relu(msgs))
+    # triplet_gmpnn is dm-clrs's MPNN subclass of PGN: it replaces adj_mat by
+    # all ones, so the max runs over every sender.
+    msgs = jnp.max(msgs, axis=1)
+    ret = jax.nn.relu(o1(z) + o2(msgs))
+    if self.use_ln:
+      ret = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(ret)
+    gate1, gate2 = hk.Linear(h), hk.Linear(h)
+    gate3 = hk.Linear(h, b_init=hk.initializers.Constant(-3))
+    gate = jax.nn.sigmoid(gate3(jax.nn.relu(gate1(z) + gate2(msgs))))
+    ret = ret * gate + hidden * (1 - gate)
+    return ret, tri_msgs
+
+
+# -- decoders --------------------------------------------------------------------
+
+
+@jax.custom_vjp
+def edge_pointer_logits(pred, pred_2, w, b):
+  """dm-clrs's edge-pointer head, Linear(max(pred_ij, pred_2_k)) -> [B, N, N, N].
+
+  pred: [B, N, N, H]; pred_2: [B, N, H]; w: [H, 1]; b: [1].  The
+  [B, N, N, N, H] maximum is reduced as it is produced (XLA fuses the
+  broadcast, max and product into the reduction), never stored.
+  """
+  p_m = jnp.maximum(pred[:, :, :, None, :], pred_2[:, None, None, :, :])
+  return jnp.sum(p_m * w[:, 0], axis=-1) + b[0]
+
+
+def _edge_pointer_fwd(pred, pred_2, w, b):
+  return edge_pointer_logits(pred, pred_2, w, b), (pred, pred_2, w)
+
+
+def _edge_pointer_bwd(res, g):
+  pred, pred_2, w = res
+  a = pred[:, :, :, None, :]
+  c = pred_2[:, None, None, :, :]
+  to_a = _to_larger(a, c)
+  gw = g[..., None] * w[:, 0]
+  d_pred = jnp.sum(gw * to_a, axis=3)
+  d_pred_2 = jnp.sum(gw * (1.0 - to_a), axis=(1, 2))
+  d_w = jnp.sum(g[..., None] * jnp.maximum(a, c), axis=(0, 1, 2, 3))[:, None]
+  d_b = jnp.sum(g)[None]
+  return d_pred, d_pred_2, d_w, d_b
+
+
+edge_pointer_logits.defvjp(_edge_pointer_fwd, _edge_pointer_bwd)
+
+
+def _to_larger(a, c):
+  """d max(a, c) / da as jnp.maximum defines it: 1, or 0.5 each on a tie."""
+  return jnp.where(a > c, 1.0, jnp.where(a == c, 0.5, 0.0))
+
+
+@jax.custom_vjp
+def node_pointer_logits(p_1, p_e, w, b):
+  """dm-clrs's node-pointer head, Linear(max(p_1_i, p_e_ji)) -> [B, N, N].
+
+  p_1: [B, N, H]; p_e: [B, N, N, H] indexed [b, j, i]; w: [H, 1]; b: [1].
+  dm-clrs transposes p_e to [b, i, j] and materialises the maximum before a
+  Linear to one unit; here the reduction reads p_e where it lies and only
+  the [B, N, N] logits are transposed.
+  """
+  out = jnp.sum(jnp.maximum(p_1[:, None, :, :], p_e) * w[:, 0], axis=-1) + b[0]
+  return jnp.swapaxes(out, 1, 2)
+
+
+def _node_pointer_fwd(p_1, p_e, w, b):
+  return node_pointer_logits(p_1, p_e, w, b), (p_1, p_e, w)
+
+
+def _node_pointer_bwd(res, g):
+  p_1, p_e, w = res
+  a = p_1[:, None, :, :]
+  to_1 = _to_larger(a, p_e)
+  gw = jnp.swapaxes(g, 1, 2)[..., None] * w[:, 0]      # [b, j, i, H]
+  d_p1 = jnp.sum(gw * to_1, axis=1)
+  d_pe = gw * (1.0 - to_1)
+  d_w = jnp.sum(jnp.swapaxes(g, 1, 2)[..., None] * jnp.maximum(a, p_e),
+                axis=(0, 1, 2))[:, None]
+  d_b = jnp.sum(g)[None]
+  return d_p1, d_pe, d_w, d_b
+
+
+node_pointer_logits.defvjp(_node_pointer_fwd, _node_pointer_bwd)
+
+
+class DecoderInputs(NamedTuple):
+  """What dm-clrs's decode_fts reads, with e_t = [edge_fts, tri_msgs] split."""
+  h_t: chex.Array          # [B, N, 3H]
+  edge_x: Optional[chex.Array]   # low-rank part of edge_fts (EdgeFts.x)
+  tri_msgs: chex.Array     # [B, N, N, H]
+  graph_fts: chex.Array
+  adj_mat: chex.Array
+
+
+def _project_e_t(linears, edges: EdgeFts, tri_msgs) -> List[chex.Array]:
+  """[l(concat([edge_fts, tri_msgs], -1)) for l in linears], without the
+  concatenation, and with one matrix product over tri_msgs for all of them."""
+  if not linears:
+    return []
+  width = edges.b.shape[0]
+  ws, bs = zip(*[linear_params(l, width + tri_msgs.shape[-1]) for l in linears])
+  sizes = np.cumsum([w.shape[1] for w in ws])[:-1]
+  edge_part = edges.project(jnp.concatenate([w[:width] for w in ws], axis=1),
+                            jnp.concatenate(bs))
+  tri_part = jnp.dot(tri_msgs, jnp.concatenate([w[width:] for w in ws], axis=1))
+  return jnp.split(edge_part + tri_part, sizes, axis=-1)
+
+
+def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
+           repred: bool) -> Dict[str, chex.Array]:
+  """dm-clrs's decoders._decode_*_fts for the features in `names`."""
+  # Every node-pointer and edge decoder reads e_t through its third Linear.
+  e_t_names = [n for n in names if spec[n][1] == _Location.EDGE or (
+      spec[n][1] == _Location.NODE and spec[n][2] in _POINTERS)]
+  e_t_proj = dict(zip(e_t_names, _project_e_t(
+      [decs[n][2] for n in e_t_names], edges, inp.tri_msgs)))
+  preds = {}
+  for name in names:
+    dec = decs[name]
+    _, loc, t = spec[name]
+    h_t = inp.h_t
+    if loc == _Location.NODE:
+      if t in (_Type.SCALAR, _Type.MASK, _Type.MASK_ONE):
+        out = jnp.squeeze(dec[0](h_t), -1)
+      elif t == _Type.CATEGORICAL:
+        out = dec[0](h_t)
+      elif t in _POINTERS:
+        p_1 = dec[0](h_t)
+        p_2 = dec[1](h_t)
+        p_3 = e_t_proj[name]
+        p_e = jnp.expand_dims(p_2, -2) + p_3
+        out = node_pointer_logits(p_1, p_e, *linear_params(dec[3], p_1.shape[-1]))
+        # triplet_gmpnn has no inf_bias (PGN, not PGNMask).
+        if t == _Type.PERMUTATION_POINTER:
+          out = decoders.log_sinkhorn(
+              x=out, steps=10, temperature=0.1, zero_diagonal=True,
+              noise_rng_key=None if repred else hk.next_rng_key())
+      else:
+        raise ValueError(f"invalid node type {t}")
+    elif loc == _Location.EDGE:
+      pred_1 = dec[0](h_t)
+      pred_2 = dec[1](h_t)
+      pred_e = e_t_proj[name]
+      pred = jnp.expand_dims(pred_1, -2) + jnp.expand_dims(pred_2, -3) + pred_e
+      if t in (_Type.SCALAR, _Type.MASK, _Type.MASK_ONE):
+        out = jnp.squeeze(pred, -1)
+      elif t == _Type.CATEGORICAL:
+        out = pred
+      elif t == _Type.POINTER:
+        pred_2 = dec[3](h_t)
+        w, b = linear_params(dec[4], pred.shape[-1])
+        out = edge_pointer_logits(pred, pred_2, w, b)
+      else:
+        raise ValueError(f"invalid edge type {t}")
+    elif loc == _Location.GRAPH:
+      out = decoders._decode_graph_fts(dec, t, h_t, inp.graph_fts)  # pylint: disable=protected-access
+    else:
+      raise ValueError(f"invalid location {loc}")
+    preds[name] = out
+  return preds
+
+
+# -- the net ---------------------------------------------------------------------
+
+
+class FastNet(model_lib.Net):
+  """`model.Net` (same parameters, same function), with the work cut (module doc)."""
+
+  def _step(self, start: Encoded, hint_dps, hidden, spec, encs, decs, processor,
+            hint_names, batch_size, nb_nodes, repred):
+    cfg = self._config
+    # ENCODE (inputs were encoded once, into `start`)
+    enc = encode(encs, hint_dps, start, nb_nodes)
+    edges = edge_fts_of(enc.edge_terms, batch_size, nb_nodes, cfg.hidden_size)
+    # HISTORY (the only place where the three models differ)
+    history, gate = self._history(enc.node_fts, hidden)
+    # PROCESS
+    nxt_hidden = history
+    tri_msgs = None
+    for _ in range(cfg.nb_msg_passing_steps):
+      nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
+                                       nxt_hidden)
+    # DECODE hints now; outputs only at each trajectory's last step.
+    h_t = jnp.concatenate([enc.node_fts, history, nxt_hidden], axis=-1)
+    dec_in = DecoderInputs(h_t, edges.x, tri_msgs, enc.graph_fts, enc.adj_mat)
+    hint_preds = decode(decs, spec, hint_names, dec_in, edges, repred)
+    if gate is None:
+      gate_sum = jnp.zeros((batch_size,))
+    else:
+      gate_sum = jnp.sum(jnp.linalg.norm(gate, axis=-1), axis=-1)  # Eq. 6 term
+    history_norm = jnp.mean(
+        jnp.linalg.norm(history, axis=-1), axis=-1) / np.sqrt(cfg.hidden_size)
+    return nxt_hidden, hint_preds, dec_in, edges, gate_sum, history_norm
+
+  def __call__(self, features, algorithm_index: int, repred: bool,
+               hidden_override: Optional[chex.Array] = None,
+               max_length: Optional[chex.Array] = None,
+               collect_hints: bool = True) -> model_lib.NetOutput:
+    cfg = self._config
+    if cfg.processor != "triplet_gmpnn":
+      raise ValueError("FastNet implements the triplet_gmpnn processor only; "
+                       "use NetConfig(impl='reference') for "
+                       f"{cfg.processor!r}")
+    spec = self._specs[algorithm_index]
+    encs, decs = self._construct_encoders_decoders(algorithm_index)
+    processor = TripletGMPNN(cfg.hidden_size, cfg.nb_triplet_fts, cfg.use_ln)
+    hint_names = [n for n in decs if spec[n][0] == _Stage.HINT]
+    output_names = [n for n in decs if spec[n][0] == _Stage.OUTPUT]
+
+    inputs = features.inputs
+    hints = features.hints
+    lengths = features.lengths
+    batch_size, nb_nodes = inputs[0].data.shape[:2]
+    nb_mp_steps = max(1, hints[0].data.shape[0] - 1)
+    h = cfg.hidden_size
+    if max_length is None:
+      max_length = jnp.max(lengths)
+
+    zero = Encoded(jnp.zeros((batch_size, nb_nodes, h)),
+                   jnp.zeros((batch_size, h)),
+                   jnp.repeat(jnp.eye(nb_nodes)[None], batch_size, axis=0), ())
+    start = encode(encs, inputs, zero, nb_nodes)
+    step = functools.partial(
+        self._step, start, spec=spec, encs=encs, decs=decs, processor=processor,
+        hint_names=hint_names, batch_size=batch_size, nb_nodes=nb_nodes,
+        repred=repred)
+
+    first_hints = [
+        probing.DataPoint(name=x.name, location=x.location, type_=x.type_,
+                          data=jnp.asarray(x.data)[0]) for x in hints]
+    hidden0 = jnp.zeros((batch_size, nb_nodes, h))
+    if hidden_override is not None:
+      hidden0 = hidden_override[0]
+    hidden, hint_preds, last_in, edges, gate_sum, history_norm = step(
+        first_hints, hidden0)
+
+    def scan_fn(carry, i):
+      hidden, prev_hint_preds, last_in = carry
+      if hidden_override is not None:
+        hidden = hidden_override[i]
+
+      def active(operands):
+        hidden, prev_hint_preds, last_in = operands
+        # No teacher forcing: soft re-prediction of the previous step's hints.
+        decoded = decoders.postprocess(
+            spec, prev_hint_preds,
+            sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
+            sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=False)  # pylint: disable=protected-access
+        cur_hints = [decoded[x.name] for x in hints]
+        nxt_hidden, nxt_hint_preds, dec_in, _, g_sum, h_norm = step(
+            cur_hints, hidden)
+        # A trajectory's outputs are decoded from its last step (dm-clrs
+        # keeps the outputs of that step), hence padding is harmless.
+        new_last = jax.tree_util.tree_map(
+            lambda new, old: jnp.where(
+                model_lib._not_done(lengths, i, new) > 0, new, old),  # pylint: disable=protected-access
+            dec_in, last_in)
+        per_step = (nxt_hint_preds if collect_hints else {}, g_sum, h_norm)
+        return (nxt_hidden, nxt_hint_preds, new_last), per_step
+
+      def finished(operands):
+        # No trajectory of the batch is still running: nothing read changes.
+        hidden, prev_hint_preds, last_in = operands
+        per_step = (jax.tree_util.tree_map(jnp.zeros_like, prev_hint_preds)
+                    if collect_hints else {},
+                    jnp.zeros((batch_size,)), jnp.zeros((batch_size,)))
+        return (hidden, prev_hint_preds, last_in), per_step
+
+      return hk.cond(i + 1 < max_length, active, finished,
+                     (hidden, prev_hint_preds, last_in))
+
+    if nb_mp_steps > 1:
+      body = hk.remat(scan_fn) if cfg.remat else scan_fn
+      (_, _, last_in), (rest_hints, rest_gate, rest_norm) = hk.scan(
+          body, (hidden, hint_preds, last_in),
+          jnp.arange(1, nb_mp_steps), length=nb_mp_steps - 1)
+      all_hint_preds = ({k: jnp.concatenate([hint_preds[k][None], rest_hints[k]])
+                         for k in hint_preds} if collect_hints else {})
+      gate_sum = jnp.concatenate([gate_sum[None], rest_gate])
+      history_norm = jnp.concatenate([history_norm[None], rest_norm])
+    else:
+      all_hint_preds = ({k: v[None] for k, v in hint_preds.items()}
+                        if collect_hints else {})
+      gate_sum = gate_sum[None]
+      history_norm = history_norm[None]
+    last_edges = edges._replace(x=last_in.edge_x)
+    output_preds = decode(decs, spec, output_names, last_in, last_edges, repred)
+    return model_lib.NetOutput(output_preds, all_hint_preds, gate_sum,
+                               history_norm)

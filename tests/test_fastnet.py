@@ -1,0 +1,178 @@
+"""The fast path (nar_markov.fastnet) computes the reference net's function.
+
+Issue 6's correctness guard: on tiny configs, `NetConfig(impl='fast')` and
+`impl='reference'` (dm-clrs's modules as they are) give the same losses,
+gradients, predictions and hint statistics with the same parameters.  The
+algorithms cover every (location, type) of CLRS feature the decoders and
+encoders handle differently.
+"""
+
+import clrs
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nar_markov import data
+from nar_markov import fastnet
+from nar_markov import model as model_lib
+from nar_markov import train
+
+HIDDEN = 8
+
+# bfs: node pointer + masks; floyd_warshall: edge pointer/scalar/mask, node
+# mask_one; dfs: node categorical, graph scalar; lcs_length: edge
+# categorical; binary_search: graph pointer output; segments_intersect:
+# graph mask output; naive_string_matcher: 20 nodes, long trajectories.
+ALGORITHMS = ["bfs", "floyd_warshall", "dfs", "lcs_length", "binary_search",
+              "segments_intersect", "naive_string_matcher"]
+
+
+def _batch(algorithm, extra_steps=2, batch_size=3):
+  nb_nodes = data.MIN_STRING_MATCHER_NODES + 3 if "matcher" in algorithm else 5
+  sampler, _ = clrs.build_sampler(algorithm, num_samples=-1, length=nb_nodes,
+                                  seed=0, **data.train_sampler_kwargs(algorithm))
+  feedback = data.preprocess_feedback(algorithm, sampler.next(batch_size),
+                                      np.random.RandomState(0))
+  T = feedback.features.hints[0].data.shape[0]
+  return data.get_spec(algorithm), data.pad_time(feedback, T + extra_steps)
+
+
+def _models(spec, feedback, history="gated"):
+  out = {}
+  for impl in ("reference", "fast"):
+    config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4,
+                                 history=history, impl=impl)
+    out[impl] = train.Model([spec], [model_lib.nb_dims_of(feedback)], config,
+                            train.make_optimizer(1e-3, 10, 1.0))
+  return out
+
+
+def _assert_trees_close(a, b, rtol):
+  leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+  assert len(leaves_a) == len(leaves_b)
+  scale = max(float(jnp.max(jnp.abs(x))) for x in leaves_a)
+  for x, y in zip(leaves_a, leaves_b):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol,
+                               atol=rtol * scale)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_fast_equals_reference(algorithm):
+  spec, feedback = _batch(algorithm)
+  models = _models(spec, feedback)
+  params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
+  fast_params = models["fast"].init(jax.random.PRNGKey(0), [feedback.features])
+  # Same parameters: a checkpoint of one runs in the other.
+  assert (jax.tree_util.tree_structure(params) ==
+          jax.tree_util.tree_structure(fast_params))
+  for x, y in zip(jax.tree_util.tree_leaves(params),
+                  jax.tree_util.tree_leaves(fast_params)):
+    assert x.shape == y.shape
+
+  key = jax.random.PRNGKey(1)
+  results = {}
+  for impl, m in models.items():
+    def total(p, m=m):
+      losses = m.loss(p, feedback, 0.1, 0, key)
+      return losses.total, losses
+    grads, losses = jax.grad(total, has_aux=True)(params)
+    preds, extras = m.eval_batch(params, feedback, 0, True)
+    results[impl] = (losses, grads, preds, extras)
+  ref, fast = results["reference"], results["fast"]
+  for field in ("total", "output", "hint", "gate_term"):
+    np.testing.assert_allclose(float(getattr(fast[0], field)),
+                               float(getattr(ref[0], field)), rtol=1e-5,
+                               err_msg=field)
+  _assert_trees_close(ref[1], fast[1], rtol=1e-4)
+  for name in ref[2]:
+    np.testing.assert_allclose(np.asarray(fast[2][name].data),
+                               np.asarray(ref[2][name].data), atol=1e-5)
+  np.testing.assert_allclose(fast[3]["hint_per_step"], ref[3]["hint_per_step"],
+                             rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(fast[3]["history_norm"], ref[3]["history_norm"],
+                             rtol=1e-5)
+
+
+def test_fast_permutation_outputs_at_evaluation():
+  """insertion_sort's permutation output: Gumbel noise differs in training by
+  design (drawn once after the scan); evaluation draws none and agrees."""
+  spec, feedback = _batch("insertion_sort")
+  models = _models(spec, feedback, history="full")
+  params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
+  ref = models["reference"].eval_batch(params, feedback, 0, True)
+  fast = models["fast"].eval_batch(params, feedback, 0, True)
+  for name in ref[0]:
+    np.testing.assert_allclose(np.asarray(fast[0][name].data),
+                               np.asarray(ref[0][name].data), atol=1e-5)
+  np.testing.assert_allclose(fast[1]["hint_per_step"], ref[1]["hint_per_step"],
+                             rtol=1e-4, atol=1e-6)
+
+
+def test_time_padding_and_skipped_steps_change_nothing():
+  """Steps after every trajectory has ended are skipped: padding the time axis
+  by 0 or 6 steps gives the same loss and gradients."""
+  spec, short = _batch("bfs", extra_steps=0)
+  _, long = _batch("bfs", extra_steps=6)
+  m = _models(spec, short, history="full")["fast"]
+  params = m.init(jax.random.PRNGKey(0), [short.features])
+  key = jax.random.PRNGKey(1)
+  grads = {}
+  for name, fb in [("short", short), ("long", long)]:
+    grads[name] = jax.grad(lambda p, fb=fb: m.loss(p, fb, 0.0, 0, key).total)(params)
+  _assert_trees_close(grads["short"], grads["long"], rtol=1e-6)
+  # The skip only drops work: an explicit bound above the batch's max is the same.
+  loss_a = m.loss(params, long, 0.0, 0, key).total
+  loss_b = m.loss(params, long, 0.0, 0, key, max_length=jnp.int32(40)).total
+  np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)
+
+
+def test_edge_pointer_logits_vjp_matches_autodiff():
+  """The fused edge-pointer head's hand-written VJP is the autodiff of
+  dm-clrs's expression, ties (0.5 each) included."""
+  rng = np.random.RandomState(0)
+  pred = jnp.asarray(rng.randn(2, 3, 3, 4).astype(np.float32))
+  pred_2 = jnp.asarray(rng.randn(2, 3, 4).astype(np.float32))
+  pred_2 = pred_2.at[0, 1].set(pred[0, 0, 0])     # exact ties
+  w = jnp.asarray(rng.randn(4, 1).astype(np.float32))
+  b = jnp.asarray([0.3], np.float32)
+  g = jnp.asarray(rng.randn(2, 3, 3, 3).astype(np.float32))
+
+  def naive(pred, pred_2, w, b):
+    p_m = jnp.maximum(jnp.expand_dims(pred, -2),
+                      jnp.expand_dims(jnp.expand_dims(pred_2, -3), -3))
+    return jnp.squeeze(p_m @ w + b, -1)
+
+  out, vjp = jax.vjp(fastnet.edge_pointer_logits, pred, pred_2, w, b)
+  out_ref, vjp_ref = jax.vjp(naive, pred, pred_2, w, b)
+  np.testing.assert_allclose(out, out_ref, rtol=1e-6, atol=1e-6)
+  for got, want in zip(vjp(g), vjp_ref(g)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_fast_needs_triplet_gmpnn():
+  with pytest.raises(ValueError, match="impl='fast' exists for"):
+    model_lib.NetConfig(processor="mpnn", impl="fast")
+  assert not model_lib.NetConfig(processor="mpnn").fast
+  assert model_lib.NetConfig().fast
+
+
+def test_node_pointer_logits_vjp_matches_autodiff():
+  """Same for the node-pointer head (dm-clrs transposes p_e, then Linear)."""
+  rng = np.random.RandomState(1)
+  p_1 = jnp.asarray(rng.randn(2, 3, 4).astype(np.float32))
+  p_e = jnp.asarray(rng.randn(2, 3, 3, 4).astype(np.float32))
+  p_e = p_e.at[0, 2, 1].set(p_1[0, 1])            # exact ties
+  w = jnp.asarray(rng.randn(4, 1).astype(np.float32))
+  b = jnp.asarray([-0.2], np.float32)
+  g = jnp.asarray(rng.randn(2, 3, 3).astype(np.float32))
+
+  def naive(p_1, p_e, w, b):
+    p_m = jnp.maximum(jnp.expand_dims(p_1, -2), jnp.transpose(p_e, (0, 2, 1, 3)))
+    return jnp.squeeze(p_m @ w + b, -1)
+
+  out, vjp = jax.vjp(fastnet.node_pointer_logits, p_1, p_e, w, b)
+  out_ref, vjp_ref = jax.vjp(naive, p_1, p_e, w, b)
+  np.testing.assert_allclose(out, out_ref, rtol=1e-6, atol=1e-6)
+  for got, want in zip(vjp(g), vjp_ref(g)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,392 @@
+"""K seeds per job (run_experiment's K-seed mode, SEEDS_PER_JOB in the sweep):
+the same per-seed results as separate runs, resume, divergence, bad input,
+and how the sweep packs runs into K-seed jobs.
+"""
+
+import json
+import os
+import pathlib
+import pickle
+import sys
+import textwrap
+
+import gin
+import jax
+import numpy as np
+import optax
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+  sys.path.insert(0, str(REPO_ROOT))
+
+from launch import status as status_lib  # pylint: disable=wrong-import-position
+from launch import sweep  # pylint: disable=wrong-import-position
+from nar_markov import cluster  # pylint: disable=wrong-import-position
+from nar_markov import data  # pylint: disable=wrong-import-position
+from nar_markov import train  # pylint: disable=wrong-import-position
+
+# insertion_sort: its permutation pointers draw Gumbel noise from the step rng
+# in training, so a wrong per-seed rng would show; a gated model so that the
+# gate penalty (lambda) is in the losses too.
+ALG, MODEL, LAM = "insertion_sort", "gforget", 0.05
+# impl='reference': dm-clrs's modules, whose round-off in the batched kernels
+# happens not to flip any argmax of this near-chance net, so scores compare
+# exactly; the fast net's vmapped step is checked against its plain step below.
+TINY = dict(model=MODEL, lambda_gate=LAM, hidden_size=8, nb_triplet_fts=4, batch_size=4,
+            impl="reference",
+            train_lengths=(4, 5), train_steps=12, eval_every_steps=6, log_every_steps=3,
+            checkpoint_every_steps=4, val_max_samples=8, test_max_samples=8,
+            progress=False)
+SEEDS = [0, 1, 2]
+# Timing and environment fields differ between any two runs.
+UNCOMPARED = {"wall_time_s", "train_time_s", "eval_time_s", "steps_per_s", "versions"}
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, data_cache_dir):
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+  # Bindings left by an earlier gin parse would apply to run_experiment's
+  # unpassed arguments (and its gin_config field): start each test without.
+  gin.clear_config()
+
+
+@pytest.fixture(scope="module")
+def separate(tmp_path_factory, data_cache_dir):
+  """The reference: each seed of SEEDS trained by its own run_experiment call."""
+  old = os.environ.get("NAR_MARKOV_CACHE")
+  os.environ["NAR_MARKOV_CACHE"] = str(data_cache_dir)
+  try:
+    root = tmp_path_factory.mktemp("separate")
+    gin.clear_config()
+    return {s: train.run_experiment(algorithm=ALG, seed=s, results_dir=str(root), **TINY)
+            for s in SEEDS}
+  finally:
+    if old is None:
+      del os.environ["NAR_MARKOV_CACHE"]
+    else:
+      os.environ["NAR_MARKOV_CACHE"] = old
+
+
+def assert_same_result(got, want, rtol=1e-4):
+  """Equal result dicts but for timings: numbers within rtol, the rest exactly.
+
+  Not bit-equal: XLA's batched (vmapped) kernels sum in another order.  Most
+  numbers agree to ~1e-7; insertion_sort's output loss (a Sinkhorn-normalised
+  permutation, ~12 here) amplifies that round-off to up to ~2e-5 in a window's
+  mean, hence 1e-4.  A wrong seed, rng, batch or padding is off by > 1e-2
+  (an rng offset by one step: 11%).
+  """
+  assert set(got) == set(want)
+  for key in sorted(set(want) - UNCOMPARED):
+    _assert_close(got[key], want[key], rtol, path=key)
+
+
+def _assert_close(got, want, rtol, path):
+  if isinstance(want, dict):
+    assert isinstance(got, dict) and set(got) == set(want), path
+    for k in want:
+      _assert_close(got[k], want[k], rtol, f"{path}.{k}")
+  elif isinstance(want, (list, tuple)):
+    assert isinstance(got, (list, tuple)) and len(got) == len(want), path
+    for i, (g, w) in enumerate(zip(got, want)):
+      _assert_close(g, w, rtol, f"{path}[{i}]")
+  elif isinstance(want, float) and not isinstance(want, bool):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-7, err_msg=path)
+  else:
+    assert got == want, (path, got, want)
+
+
+def _on_disk(root, seed):
+  return json.loads((train.run_dir(root, MODEL, ALG, seed) / train.RESULT_NAME).read_text())
+
+
+def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
+  # Through the sweep's entry point (gin), so the job path is what is tested.
+  params = [f"run_experiment.{k}={v!r}" for k, v in TINY.items() if k != "model"]
+  paths = train.run_seeds_from_gin(
+      ["gin/gforget.gin"], params, algorithm=ALG, seeds=SEEDS, results_dir=str(tmp_path))
+  assert paths == [str(train.run_dir(tmp_path, MODEL, ALG, s) / "result.json") for s in SEEDS]
+  for s in SEEDS:
+    got = _on_disk(tmp_path, s)
+    assert got["status"] == "done" and got["steps"] == 12 and got["seed"] == s
+    assert not (train.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.pkl").exists()
+    want = dict(separate[s], gin_config=got["gin_config"])  # gin vs kwargs
+    assert_same_result(got, want)
+  # The comparison has teeth: the seeds' runs differ from each other.
+  losses = [separate[s]["curves"]["train"]["loss"] for s in SEEDS]
+  assert not np.allclose(losses[0], losses[1], rtol=1e-3)
+  assert not np.allclose(losses[1], losses[2], rtol=1e-3)
+
+
+def test_k_seed_resume_and_skip(tmp_path, separate):
+  """Killed after 6 steps (checkpoints at 4 and 6), resumed in K mode: the
+  same results; a seed already done is skipped, not retrained.  (6: a log
+  and eval step, so the curves have the windows of an uninterrupted run.)"""
+  first = train.run_experiment(algorithm=ALG, seed=[1, 2], results_dir=str(tmp_path),
+                               stop_after_steps=6, **TINY)
+  assert first == [{"status": "interrupted", "steps": 6}] * 2
+  for s in (1, 2):
+    with open(train.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.pkl", "rb") as f:
+      assert pickle.load(f)["step"] == 6
+  # Seed 0 "done" already: its result.json is returned as it is.
+  d0 = train.run_dir(tmp_path, MODEL, ALG, 0)
+  d0.mkdir(parents=True)
+  (d0 / "result.json").write_text(json.dumps({"seed": 0, "status": "done", "marker": 1}))
+  results = train.run_experiment(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
+                                 **TINY)
+  assert results[0] == {"seed": 0, "status": "done", "marker": 1}
+  for s, got in zip((1, 2), results[1:]):
+    assert_same_result(got, separate[s])
+
+
+def test_checkpoints_at_different_steps_train_group_by_group(tmp_path, separate):
+  # Seed 2 ran alone for 4 steps; seeds 0 and 1 have not started.
+  train.run_experiment(algorithm=ALG, seed=2, results_dir=str(tmp_path),
+                       stop_after_steps=4, **TINY)
+  results = train.run_experiment(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
+                                 **TINY)
+  for s, got in zip(SEEDS, results):
+    assert_same_result(got, separate[s])
+
+
+def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
+  """Seed 1's parameters start as NaN: it ends 'diverged' at step 1, as a
+  separate run would, and seeds 0 and 2 train on to the same results."""
+  real_init = train.Model.init
+
+  def init(self, rng_key, features_list):
+    params = real_init(self, rng_key, features_list)
+    if np.array_equal(np.asarray(rng_key), np.asarray(jax.random.PRNGKey(1))):
+      params = jax.tree_util.tree_map(lambda x: x * np.nan, params)
+    return params
+
+  monkeypatch.setattr(train.Model, "init", init)
+  results = train.run_experiment(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
+                                 **TINY)
+  assert results[1]["status"] == "diverged"
+  assert results[1]["diverged_step"] == 1 and results[1]["steps"] == 1
+  assert results[1]["test_score"] is None
+  assert _on_disk(tmp_path, 1)["status"] == "diverged"
+  for s in (0, 2):
+    assert_same_result(results[s], separate[s])
+
+
+def test_vmapped_step_equals_single_steps_on_time_padded_batches():
+  """The step itself: K = 2 in one vmapped call, one batch padded by 3 extra
+  time steps, equals each seed's `Model.train_step` on its own batch.
+
+  With plain SGD: Adam's first update is ~lr * sign(gradient), which round-off
+  flips for a near-zero gradient; SGD's is the gradient itself."""
+  spec = data.get_spec("bfs")
+  batches = [next(data.TrainStream("bfs", seed=s, batch_size=4, lengths=(5,)))
+             for s in (0, 1)]
+  T = batches[1].features.hints[0].data.shape[0]
+  stacked, max_length = train.stack_batches([batches[0], data.pad_time(batches[1], T + 3)])
+  assert stacked.features.hints[0].data.shape[:2] == (2, T + 3)
+  assert max_length == max(int(b.features.lengths.max()) for b in batches)
+  config = train.model_lib.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)
+  optimizer = optax.sgd(1.0)
+  net = train.Model([spec], [train.model_lib.nb_dims_of(batches[0])], config, optimizer)
+  params = [net.init(jax.random.PRNGKey(s), [batches[0].features]) for s in (0, 1)]
+  opt = [optimizer.init(p) for p in params]
+  keys = [jax.random.fold_in(jax.random.PRNGKey(s + 1), 7) for s in (0, 1)]
+  base = jax.numpy.stack([jax.random.PRNGKey(s + 1) for s in (0, 1)])
+  np.testing.assert_array_equal(train.fold_in_each(base, 7), np.stack(keys))
+  vstep = train.make_vmapped_train_step(net)
+  p0 = jax.device_get(params)  # (the steps donate their inputs)
+  vp, _, vl = jax.device_get(vstep(train.stack_trees(params), train.stack_trees(opt),
+                                   stacked, np.float32(0.0), np.stack(keys), max_length))
+  for i in (0, 1):
+    p, _, l = jax.device_get(net.train_step(params[i], opt[i], batches[i],
+                                            np.float32(0.0), 0, keys[i]))
+    for name in ("total", "output", "hint"):
+      np.testing.assert_allclose(getattr(vl, name)[i], getattr(l, name), rtol=1e-5)
+    # The updates (= -gradients), to 1e-5 of the largest.
+    got = [a - b for a, b in zip(jax.tree_util.tree_leaves(train.tree_index(vp, i)),
+                                 jax.tree_util.tree_leaves(p0[i]))]
+    want = [a - b for a, b in zip(jax.tree_util.tree_leaves(p),
+                                  jax.tree_util.tree_leaves(p0[i]))]
+    scale = max(float(np.max(np.abs(w))) for w in want)
+    assert scale > 0
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("seed, match", [
+    ([], "empty sequence"), ([0, 0], "distinct"), ([0, -1], "ints >= 0"),
+    ([0, 1.5], "ints >= 0"), (True, "ints >= 0")])
+def test_bad_seeds_are_one_clear_error(tmp_path, seed, match):
+  with pytest.raises(ValueError, match=match):
+    train.run_experiment(algorithm=ALG, seed=seed, results_dir=str(tmp_path), **TINY)
+  assert not any(tmp_path.iterdir())
+
+
+# -- the sweep -------------------------------------------------------------------
+
+SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path, monkeypatch):
+  """sbatch that keeps each script and answers job 4242, 4243, ...; no squeue jobs."""
+  bin_dir, calls = tmp_path / "fake_bin", tmp_path / "sbatch_calls"
+  bin_dir.mkdir()
+  calls.mkdir()
+  for name, text in [("sbatch", f"""\
+      n=$(ls {calls} | wc -l)
+      cp "$1" {calls}/script_$n.sh
+      echo "Submitted batch job $((4242 + n))"
+      """), ("squeue", "true\n")]:
+    (bin_dir / name).write_text("#!/bin/sh\n" + textwrap.dedent(text))
+    (bin_dir / name).chmod(0o755)
+  monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+  return calls
+
+
+def _write_result(results, model, algorithm, seed, **fields):
+  d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
+  d.mkdir(parents=True, exist_ok=True)
+  result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
+            "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
+            "diverged_step": None, "test_score": 0.5}
+  result.update(fields)
+  (d / "result.json").write_text(json.dumps(result))
+
+
+def test_job_groups_pack_up_to_k_seeds_of_one_algorithm(tmp_path):
+  runs = cluster.expand_runs(["gin/forget.gin", "gin/smoke.gin"],
+                             ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2,3,4]",
+                              "SEEDS_PER_JOB=2"], str(tmp_path))
+  assert {r.seeds_per_job for r in runs} == {2}
+  todo = [r for r in runs if (r.algorithm, r.seed) != ("bfs", 1)]  # bfs/seed1 done
+  groups = cluster.job_groups(todo)
+  assert [(g[0].algorithm, [r.seed for r in g]) for g in groups] == [
+      ("bfs", [0, 2]), ("bfs", [3, 4]), ("dfs", [0, 1]), ("dfs", [2, 3]), ("dfs", [4])]
+  job, args = cluster.job_call(groups[-1])
+  assert isinstance(job, cluster.MultiSeedJob)
+  assert args == (list(runs[0].gin_files), list(runs[0].gin_params), "dfs", [4],
+                  str(tmp_path.resolve()))
+  # The default (gin/base.gin: SEEDS_PER_JOB = 1): one TrainJob per run.
+  runs1 = cluster.expand_runs(["gin/forget.gin", "gin/smoke.gin"], ["SEEDS=[0,1]"],
+                              str(tmp_path))
+  assert [len(g) for g in cluster.job_groups(runs1)] == [1, 1, 1, 1]
+  assert isinstance(cluster.job_call(cluster.job_groups(runs1)[0])[0], cluster.TrainJob)
+
+
+def test_multi_seed_job_pickles_and_resubmits_the_same_call(monkeypatch):
+  seen = []
+  monkeypatch.setattr(train, "run_seeds_from_gin",
+                      lambda files, params, *, algorithm, seeds, results_dir: seen.append(
+                          (files, params, algorithm, seeds, results_dir)) or ["x", "y"])
+  job = pickle.loads(pickle.dumps(cluster.MultiSeedJob()))
+  args = (["/abs/a.gin"], ["SEEDS_PER_JOB=2"], "bfs", [3, 5], "/abs/r")
+  assert job(*args) == ["x", "y"]
+  assert seen == [(["/abs/a.gin"], ["SEEDS_PER_JOB=2"], "bfs", [3, 5], "/abs/r")]
+  assert job.checkpoint(*args).args == args
+
+
+def test_dry_run_lists_the_k_seed_jobs(tmp_path, fake_sbatch, capsys):
+  results = tmp_path / "results"
+  _write_result(results, "baseline", "bfs", 1)
+  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=2",
+                           "--results", str(results), "--dry-run"])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  lines = out.splitlines()
+  assert lines[0].endswith("5 runs to submit, 1 already done")
+  assert [l.split()[:2] for l in lines[1:7]] == [
+      ["submit", "baseline/bfs/seed0"], ["skip", "(done)"], ["submit", "baseline/bfs/seed2"],
+      ["submit", "baseline/insertion_sort/seed0"], ["submit", "baseline/insertion_sort/seed1"],
+      ["submit", "baseline/insertion_sort/seed2"]]
+  assert lines[7] == ("3 jobs of up to 2 seeds (SEEDS_PER_JOB=2), each seed-group "
+                      "trained in one process:")
+  assert [l.split() for l in lines[8:11]] == [
+      ["job", "1", "baseline/bfs", "seeds", "0,2"],
+      ["job", "2", "baseline/insertion_sort", "seeds", "0,1"],
+      ["job", "3", "baseline/insertion_sort", "seeds", "2"]]
+  assert lines[11].startswith("slurm resources per job (up to 2 seeds): ")
+  assert lines[-1] == "dry run: nothing submitted"
+  assert not list(fake_sbatch.iterdir())
+
+
+def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_sbatch, capsys):
+  results = tmp_path / "results"
+  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=2",
+                           "--results", str(results), "--cluster", "slurm"])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  scripts = sorted(fake_sbatch.glob("script_*.sh"))
+  assert len(scripts) == 1 and "#SBATCH --array=0-3%4" in scripts[0].read_text()
+  assert "submitted 6 runs in 4 jobs of up to 2 seeds as job array 4242" in out
+  assert [l.split(None, 1) for l in out.splitlines()[2:6]] == [
+      ["4242_0", "baseline/bfs/seed0, baseline/bfs/seed1"],
+      ["4242_1", "baseline/bfs/seed2"],
+      ["4242_2", "baseline/insertion_sort/seed0, baseline/insertion_sort/seed1"],
+      ["4242_3", "baseline/insertion_sort/seed2"]]
+  jobs = status_lib.read_manifests(results)[0]["jobs"]
+  assert [(j["algorithm"], j["seed"], j["job_id"]) for j in jobs] == [
+      ("bfs", 0, "4242_0"), ("bfs", 1, "4242_0"), ("bfs", 2, "4242_1"),
+      ("insertion_sort", 0, "4242_2"), ("insertion_sort", 1, "4242_2"),
+      ("insertion_sort", 2, "4242_3")]
+  # What each array task will call: submitit's pickled (function, args).
+  with open(results / "_logs" / "4242_2" / "4242_2_submitted.pkl", "rb") as f:
+    delayed = pickle.load(f)
+  assert isinstance(delayed.function, cluster.MultiSeedJob)
+  assert delayed.args[2:] == ("insertion_sort", [0, 1], str(results.resolve()))
+
+
+def test_debug_cluster_runs_each_k_seed_job_once(tmp_path, monkeypatch, capsys):
+  calls = []
+
+  def fake(gin_files, gin_params, *, algorithm, seeds, results_dir):
+    calls.append((algorithm, list(seeds)))
+    for s in seeds:
+      _write_result(results_dir, "baseline", algorithm, s, test_score=0.25 * s)
+    return [str(train.run_dir(results_dir, "baseline", algorithm, s) / "result.json")
+            for s in seeds]
+
+  monkeypatch.setattr(train, "run_seeds_from_gin", fake)
+  results = tmp_path / "results"
+  _write_result(results, "baseline", "bfs", 0)
+  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=3",
+                           "--cluster", "debug", "--results", str(results)])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  assert calls == [("bfs", [1, 2]), ("insertion_sort", [0, 1, 2])]
+  assert ("[1/2] baseline/bfs/seeds 1,2 (2 seeds in one job): seed1: done "
+          "(steps 20, test_score 0.25); seed2: done (steps 20, test_score 0.5)") in out
+  assert out.splitlines()[-1] == f"5/5 runs finished, 0 failed; results in {results}"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (SMOKE + ["--gin_param", "SEEDS_PER_JOB=0"], "SEEDS_PER_JOB must be an int >= 1, got 0"),
+    (SMOKE + ["--gin_param", "SEEDS_PER_JOB='4'"], "SEEDS_PER_JOB must be an int >= 1"),
+    (["--gin", "gin/multitask.gin", "--gin_param", "ALGORITHMS=['bfs','dfs']",
+      "--gin_param", "SEEDS_PER_JOB=2"],
+     "SEEDS_PER_JOB = 2: several seeds per job is not supported for multi-task sweeps"),
+])
+def test_bad_seeds_per_job_exits_2(extra, message, tmp_path, capsys):
+  results = tmp_path / "results"
+  rc = sweep.main(extra + ["--results", str(results), "--cluster", "debug"])
+  err = capsys.readouterr().err
+  assert rc == 2 and message in err, err
+  assert not results.exists()
+
+
+def test_bench_seeds_reports_both_sides(tmp_path, capsys):
+  from nar_markov import bench_seeds  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "bench.json"
+  assert bench_seeds.main(["--k", "2", "--steps", "2", "--rounds", "2", "--hidden", "8",
+                           "--batch", "4", "--lengths", "4", "--out", str(out)]) == 0
+  report = json.loads(out.read_text())
+  assert report["schema"] == bench_seeds.SCHEMA and report["timed_seed_steps"] == 8
+  assert report["compilations_in_timed"] == 0  # warm-up saw every shape
+  for side in ("vmapped", "sequential"):
+    assert report[side]["seed_steps_per_s"] > 0
+  assert report["ratio"] == pytest.approx(
+      report["vmapped"]["seed_steps_per_s"] / report["sequential"]["seed_steps_per_s"])
+  table = capsys.readouterr().out.strip().splitlines()
+  assert table[0].startswith("| algorithm | model | K |") and table[2].startswith(
+      "| bfs | baseline | 2 | 8 | 4 | 4 |")
+  assert bench_seeds.main(["--k", "0"]) == 2
