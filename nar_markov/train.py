@@ -590,8 +590,8 @@ class _SeedRun:
       log(f"resuming {self.name} from step {state['step']}")
     else:
       init_batch = next(iter(data.eval_batches(job.val, job.val_batch_size)))[0]
-      params = job.net.init(jax.random.PRNGKey(self.seed), [init_batch.features])
-      opt_state = job.optimizer.init(params)
+      # = net.init(PRNGKey(seed), ...) and optimizer.init, in one compilation.
+      params, opt_state = job.net.init_state(self.seed, [init_batch.features])
       state = {"step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
                "curves": empty_curves(), "train_time_s": 0.0, "eval_time_s": 0.0,
                "diverged_step": None}
@@ -727,13 +727,13 @@ class _SeedRun:
 def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> Dict[str, Any]:
   """One seed, `Model.train_step` (jitted per shape): the K = 1 path."""
   stop_at = job.stop_at(run.step)
-  lam_arr = jnp.asarray(job.lam, jnp.float32)
-  base_key = jax.random.PRNGKey(run.seed + 1)
+  lam_arr = np.float32(job.lam)   # a numpy scalar: no eager conversion to compile
   while run.step < stop_at and run.diverged_step is None:
     feedback = next(run.stream)
     t0 = time.time()
-    # The step's rng depends on (seed, step) only, so resuming needs no rng state.
-    rng_key = jax.random.fold_in(base_key, run.step)
+    # The step's rng depends on (seed, step) only, so resuming needs no rng
+    # state: fold_in(PRNGKey(seed + 1), step), one compiled function.
+    rng_key = job.net.step_key(run.seed, run.step)
     params, opt_state, losses = job.net.train_step(params, opt_state, feedback,
                                                    lam_arr, 0, rng_key)
     run.step += 1
