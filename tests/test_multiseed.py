@@ -153,15 +153,15 @@ def test_checkpoints_at_different_steps_train_group_by_group(tmp_path, separate)
 def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
   """Seed 1's parameters start as NaN: it ends 'diverged' at step 1, as a
   separate run would, and seeds 0 and 2 train on to the same results."""
-  real_init = train.Model.init
+  real_init_state = train.Model.init_state
 
-  def init(self, rng_key, features_list):
-    params = real_init(self, rng_key, features_list)
-    if np.array_equal(np.asarray(rng_key), np.asarray(jax.random.PRNGKey(1))):
+  def init_state(self, seed, features_list):
+    params, opt_state = real_init_state(self, seed, features_list)
+    if seed == 1:
       params = jax.tree_util.tree_map(lambda x: x * np.nan, params)
-    return params
+    return params, opt_state
 
-  monkeypatch.setattr(train.Model, "init", init)
+  monkeypatch.setattr(train.Model, "init_state", init_state)
   results = train.run_experiment(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
                                  **TINY)
   assert results[1]["status"] == "diverged"
