@@ -43,7 +43,6 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from nar_markov import data
@@ -100,29 +99,24 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   nb_dims = model_lib.nb_dims_of(batches[0][0])
   config = model_lib.NetConfig(hidden_size=hidden, history=train.MODELS[model],
                                nb_triplet_fts=8)
-  lam = jnp.asarray(0.0, jnp.float32)  # the penalty's cost is in the step either way
+  lam = np.float32(0.0)  # the penalty's cost is in the step either way
 
   def make_net():
     optimizer = train.make_optimizer(1.5e-3, 10_000, 1.0)  # the protocol's
-    return train.Model([spec], [nb_dims], config, optimizer), optimizer
-
-  def init(net, optimizer, s):
-    params = net.init(jax.random.PRNGKey(s), [batches[0][0].features])
-    return params, optimizer.init(params)
+    return train.Model([spec], [nb_dims], config, optimizer)
 
   # Sequential: K separate runs, each its own Model (its own jit).
   seq = []
   for i, s in enumerate(seeds):
-    net, optimizer = make_net()
-    params, opt_state = init(net, optimizer, s)
-    seq.append({"net": net, "params": params, "opt": opt_state,
-                "key": jax.random.PRNGKey(s + 1), "batches": batches[i]})
+    net = make_net()
+    params, opt_state = net.init_state(s, [batches[0][0].features])
+    seq.append({"net": net, "params": params, "opt": opt_state, "seed": s,
+                "batches": batches[i]})
   # Vmapped: one Model, its K seeds stacked.
-  vnet, voptimizer = make_net()
-  inits = [init(vnet, voptimizer, s) for s in seeds]
+  vnet = make_net()
+  inits = [vnet.init_state(s, [batches[0][0].features]) for s in seeds]
   vstate = {"params": train.stack_trees([p for p, _ in inits]),
-            "opt": train.stack_trees([o for _, o in inits]),
-            "keys": jnp.stack([jax.random.PRNGKey(s + 1) for s in seeds])}
+            "opt": train.stack_trees([o for _, o in inits])}
   vstep = train.make_vmapped_train_step(vnet)
 
   step_times = {"vmapped": [], "sequential": []}  # (nb_nodes, seconds) per step
@@ -130,7 +124,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   def seq_block(run_, step_ids, record=False):
     for t in step_ids:
       t0 = time.time()
-      rng = jax.random.fold_in(run_["key"], t)
+      rng = run_["net"].step_key(run_["seed"], t)
       run_["params"], run_["opt"], out = run_["net"].train_step(
           run_["params"], run_["opt"], run_["batches"][t], lam, 0, rng)
       jax.block_until_ready(out)
@@ -144,7 +138,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
       stacked, max_length = train.stack_batches([b[t] for b in batches])
       vstate["params"], vstate["opt"], out = vstep(
           vstate["params"], vstate["opt"], stacked, lam,
-          train.fold_in_each(vstate["keys"], t), max_length)
+          vnet.step_keys(seeds, t), max_length)
       jax.block_until_ready(out)
       if record:
         step_times["vmapped"].append((data.nb_nodes_of(batches[0][t]), time.time() - t0))

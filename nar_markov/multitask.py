@@ -89,7 +89,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -334,8 +333,7 @@ def run_multitask_experiment(*,
   else:
     init_features = [next(iter(data.eval_batches(v, val_batch_size)))[0].features
                      for v in vals]
-    params = net.init(jax.random.PRNGKey(seed), init_features)
-    opt_state = optimizer.init(params)
+    params, opt_state = net.init_state(seed, init_features)
     state = {"format": CHECKPOINT_FORMAT, "model": model,
              "algorithms": list(algorithms), "seed": int(seed), "step": 0,
              "best_val_mean": -1.0, "best_step": None, "best_params": None,
@@ -405,14 +403,13 @@ def run_multitask_experiment(*,
     do_eval(0)
   stop_at = train_steps if stop_after_steps is None else min(
       train_steps, step + int(stop_after_steps))
-  lambda_arr = jnp.asarray([lambdas[alg] for alg in algorithms], jnp.float32)
-  base_key = jax.random.PRNGKey(seed + 1)
+  lambda_arr = np.asarray([lambdas[alg] for alg in algorithms], np.float32)
   last_report = time.time()
   while step < stop_at and diverged_step is None:
     feedbacks = tuple(next(s) for s in streams)
     t0 = time.time()
     # The step's rng depends on (seed, step) only: resuming needs no rng state.
-    rng_key = jax.random.fold_in(base_key, step)
+    rng_key = net.step_key(seed, step)
     params, opt_state, losses = train_step(params, opt_state, feedbacks,
                                            lambda_arr, rng_key)
     step += 1

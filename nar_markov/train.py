@@ -183,9 +183,12 @@ class Model:
       params = hk.transform(init_all).init(jax.random.PRNGKey(seed), features_list)
       return params, self.optimizer.init(params)
 
+    def step_key(seed, step):
+      return jax.random.fold_in(jax.random.PRNGKey(seed + 1), step)
+
     self._init_state = jax.jit(init_state)
-    self._step_key = jax.jit(lambda seed, step: jax.random.fold_in(
-        jax.random.PRNGKey(seed + 1), step))
+    self._step_key = jax.jit(step_key)
+    self._step_keys = jax.jit(jax.vmap(step_key, in_axes=(0, None)))
     self.train_step = jax.jit(self._train_step, static_argnums=(4,),
                               donate_argnums=(0, 1))
     self.eval_batch = jax.jit(self._eval_batch, static_argnums=(2, 3))
@@ -200,6 +203,10 @@ class Model:
   def step_key(self, seed: int, step: int):
     """The rng of train step `step` of a run: fold_in(PRNGKey(seed + 1), step)."""
     return self._step_key(np.int32(seed), np.int32(step))
+
+  def step_keys(self, seeds: Sequence[int], step: int):
+    """[K, 2]: `step_key` of each seed, in one call (the same bits)."""
+    return self._step_keys(np.asarray(seeds, np.int32), np.int32(step))
 
   def apply(self, params, features, algorithm_index, repred, hidden_override=None,
             rng_key=None, max_length=None, collect_hints=True):
@@ -772,11 +779,6 @@ def make_vmapped_train_step(net: Model, algorithm_index: int = 0):
                  donate_argnums=(0, 1))
 
 
-# Per-seed step keys fold_in(PRNGKey(seed + 1), step) for K seeds in one call;
-# the same bits as K separate fold_in calls.
-fold_in_each = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
-
-
 def stack_trees(trees: Sequence[Any]):
   """K pytrees of the same structure -> one with a leading K axis (on device)."""
   return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.stack([np.asarray(x) for x in xs])),
@@ -821,9 +823,8 @@ def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
   stop_at = job.stop_at(step)
   params = stack_trees([p for _, p, _ in group])
   opt_state = stack_trees([o for _, _, o in group])
-  base_keys = jnp.stack([jax.random.PRNGKey(run.seed + 1) for run in active])
   vstep = make_vmapped_train_step(job.net)
-  lam_arr = jnp.asarray(job.lam, jnp.float32)
+  lam_arr = np.float32(job.lam)
   pending = []  # (step, stacked device-side losses) since the last flush
   results = {}
   log(f"{job.model}/{job.algorithm}: training seeds {[r.seed for r in active]} "
@@ -833,7 +834,8 @@ def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
     t0 = time.time()
     batch, max_length = stack_batches(feedbacks)
     params, opt_state, losses = vstep(params, opt_state, batch, lam_arr,
-                                      fold_in_each(base_keys, step), max_length)
+                                      job.net.step_keys([r.seed for r in active], step),
+                                      max_length)
     step += 1
     pending.append((step, losses))
     bad = [None] * len(active)
@@ -861,8 +863,8 @@ def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
       if not active:
         break
       idx = np.asarray(keep)
-      params, opt_state, base_keys = jax.tree_util.tree_map(
-          lambda x: x[idx], (params, opt_state, base_keys))
+      params, opt_state = jax.tree_util.tree_map(
+          lambda x: x[idx], (params, opt_state))
     if job.eval_due(step) or job.checkpoint_due(step):
       host_params = jax.device_get(params)
       if job.eval_due(step):

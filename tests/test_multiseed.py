@@ -191,8 +191,9 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
   params = [net.init(jax.random.PRNGKey(s), [batches[0].features]) for s in (0, 1)]
   opt = [optimizer.init(p) for p in params]
   keys = [jax.random.fold_in(jax.random.PRNGKey(s + 1), 7) for s in (0, 1)]
-  base = jax.numpy.stack([jax.random.PRNGKey(s + 1) for s in (0, 1)])
-  np.testing.assert_array_equal(train.fold_in_each(base, 7), np.stack(keys))
+  np.testing.assert_array_equal(net.step_keys([0, 1], 7), np.stack(keys))
+  for s in (0, 1):
+    np.testing.assert_array_equal(net.step_key(s, 7), keys[s])
   vstep = train.make_vmapped_train_step(net)
   p0 = jax.device_get(params)  # (the steps donate their inputs)
   vp, _, vl = jax.device_get(vstep(train.stack_trees(params), train.stack_trees(opt),
