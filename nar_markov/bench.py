@@ -182,8 +182,8 @@ def ours_batch(algorithm: str, feedback: clrs.Feedback) -> clrs.Feedback:
 # -- the two implementations --------------------------------------------------------
 
 
-def build_ours(spec, nb_dims, hidden: int, rng_seed: int, init_feedback):
-  """(model, params, opt_state) of our baseline, as run_experiment builds it."""
+def ours_model(spec, nb_dims, hidden: int) -> train.Model:
+  """Our baseline's model, as run_experiment builds it."""
   config = model_lib.NetConfig(hidden_size=int(hidden), history="full",
                                processor="triplet_gmpnn", use_ln=True,
                                nb_triplet_fts=NB_TRIPLET_FTS,
@@ -191,7 +191,12 @@ def build_ours(spec, nb_dims, hidden: int, rng_seed: int, init_feedback):
                                encoder_init="xavier_on_scalars")
   optimizer = train.make_optimizer(LEARNING_RATE, PROTOCOL_TRAIN_STEPS,
                                    GRAD_CLIP_MAX_NORM)
-  net = train.Model([spec], [nb_dims], config, optimizer)
+  return train.Model([spec], [nb_dims], config, optimizer)
+
+
+def build_ours(spec, nb_dims, hidden: int, rng_seed: int, init_feedback):
+  """(model, params, opt_state) of our baseline, as run_experiment builds it."""
+  net = ours_model(spec, nb_dims, hidden)
   params, opt_state = net.init_state(rng_seed, [init_feedback.features])
   return net, params, opt_state
 
@@ -465,8 +470,7 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   nb_nodes = data.nb_nodes_of(test)
   if impl == "ours":
     batch_size = train.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
-    net, _, _ = build_ours(spec, model_lib.nb_dims_of(test), hidden, seed,
-                           init_feedback)
+    net = ours_model(spec, model_lib.nb_dims_of(test), hidden)
     # dm-clrs's own initial parameters (the clrs worker's, same seed): the
     # two passes compute the same function, so the scores must agree.
     params = build_clrs(spec, init_feedback, hidden, seed + 1).params
