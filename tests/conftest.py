@@ -1,7 +1,10 @@
-"""Shared fixtures: one CLRS val/test cache for the whole session."""
+"""Shared fixtures: one CLRS val/test cache for the whole session; fake Slurm
+commands and result files for the sweep tests."""
 
+import json
 import os
 import pathlib
+import textwrap
 
 import pytest
 
@@ -24,3 +27,43 @@ def _jax_compilation_cache(data_cache_dir):
   from nar_markov import train
   train.setup_compilation_cache(os.environ.get("NAR_MARKOV_JAX_CACHE")
                                 or str(data_cache_dir / "jax"))
+
+
+def _write_exe(path: pathlib.Path, text: str) -> None:
+  path.write_text("#!/bin/sh\n" + textwrap.dedent(text))
+  path.chmod(0o755)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+  """sbatch/squeue stand-ins on PATH: sbatch keeps each script it is given and
+  answers job 4242, 4243, ...; squeue prints the file `squeue.out`."""
+  bin_dir = tmp_path / "fake_bin"
+  bin_dir.mkdir()
+  calls = tmp_path / "sbatch_calls"
+  calls.mkdir()
+  _write_exe(bin_dir / "sbatch", f"""\
+      n=$(ls {calls} | wc -l)
+      cp "$1" {calls}/script_$n.sh
+      echo "Submitted batch job $((4242 + n))"
+      """)
+  squeue_out = tmp_path / "squeue.out"
+  squeue_out.write_text("")
+  _write_exe(bin_dir / "squeue", f"cat {squeue_out}\n")
+  monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+  return {"calls": calls, "squeue_out": squeue_out}
+
+
+@pytest.fixture
+def write_result():
+  """Writes a minimal result.json (status done unless `fields` say otherwise)."""
+  def write(results, model, algorithm, seed, **fields):
+    d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
+    d.mkdir(parents=True, exist_ok=True)
+    result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
+              "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
+              "diverged_step": None, "test_score": 0.5}
+    result.update(fields)
+    (d / "result.json").write_text(json.dumps(result))
+
+  return write

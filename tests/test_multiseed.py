@@ -8,7 +8,6 @@ import os
 import pathlib
 import pickle
 import sys
-import textwrap
 
 import gin
 import jax
@@ -228,33 +227,6 @@ def test_bad_seeds_are_one_clear_error(tmp_path, seed, match):
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
 
 
-@pytest.fixture
-def fake_sbatch(tmp_path, monkeypatch):
-  """sbatch that keeps each script and answers job 4242, 4243, ...; no squeue jobs."""
-  bin_dir, calls = tmp_path / "fake_bin", tmp_path / "sbatch_calls"
-  bin_dir.mkdir()
-  calls.mkdir()
-  for name, text in [("sbatch", f"""\
-      n=$(ls {calls} | wc -l)
-      cp "$1" {calls}/script_$n.sh
-      echo "Submitted batch job $((4242 + n))"
-      """), ("squeue", "true\n")]:
-    (bin_dir / name).write_text("#!/bin/sh\n" + textwrap.dedent(text))
-    (bin_dir / name).chmod(0o755)
-  monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-  return calls
-
-
-def _write_result(results, model, algorithm, seed, **fields):
-  d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
-  d.mkdir(parents=True, exist_ok=True)
-  result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
-            "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
-            "diverged_step": None, "test_score": 0.5}
-  result.update(fields)
-  (d / "result.json").write_text(json.dumps(result))
-
-
 def test_job_groups_pack_up_to_k_seeds_of_one_algorithm(tmp_path):
   runs = cluster.expand_runs(["gin/forget.gin", "gin/smoke.gin"],
                              ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2,3,4]",
@@ -287,9 +259,9 @@ def test_multi_seed_job_pickles_and_resubmits_the_same_call(monkeypatch):
   assert job.checkpoint(*args).args == args
 
 
-def test_dry_run_lists_the_k_seed_jobs(tmp_path, fake_sbatch, capsys):
+def test_dry_run_lists_the_k_seed_jobs(write_result, tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
-  _write_result(results, "baseline", "bfs", 1)
+  write_result(results, "baseline", "bfs", 1)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=2",
                            "--results", str(results), "--dry-run"])
   out = capsys.readouterr().out
@@ -308,16 +280,16 @@ def test_dry_run_lists_the_k_seed_jobs(tmp_path, fake_sbatch, capsys):
       ["job", "3", "baseline/insertion_sort", "seeds", "2"]]
   assert lines[11].startswith("slurm resources per job (up to 2 seeds): ")
   assert lines[-1] == "dry run: nothing submitted"
-  assert not list(fake_sbatch.iterdir())
+  assert not list(fake_slurm["calls"].iterdir())
 
 
-def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_sbatch, capsys):
+def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=2",
                            "--results", str(results), "--cluster", "slurm"])
   out = capsys.readouterr().out
   assert rc == 0, out
-  scripts = sorted(fake_sbatch.glob("script_*.sh"))
+  scripts = sorted(fake_slurm["calls"].glob("script_*.sh"))
   assert len(scripts) == 1 and "#SBATCH --array=0-3%4" in scripts[0].read_text()
   assert "submitted 6 runs in 4 jobs of up to 2 seeds as job array 4242" in out
   assert [l.split(None, 1) for l in out.splitlines()[2:6]] == [
@@ -337,19 +309,19 @@ def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_sbatch, capsys):
   assert delayed.args[2:] == ("insertion_sort", [0, 1], str(results.resolve()))
 
 
-def test_debug_cluster_runs_each_k_seed_job_once(tmp_path, monkeypatch, capsys):
+def test_debug_cluster_runs_each_k_seed_job_once(write_result, tmp_path, monkeypatch, capsys):
   calls = []
 
   def fake(gin_files, gin_params, *, algorithm, seeds, results_dir):
     calls.append((algorithm, list(seeds)))
     for s in seeds:
-      _write_result(results_dir, "baseline", algorithm, s, test_score=0.25 * s)
+      write_result(results_dir, "baseline", algorithm, s, test_score=0.25 * s)
     return [str(train.run_dir(results_dir, "baseline", algorithm, s) / "result.json")
             for s in seeds]
 
   monkeypatch.setattr(train, "run_seeds_from_gin", fake)
   results = tmp_path / "results"
-  _write_result(results, "baseline", "bfs", 0)
+  write_result(results, "baseline", "bfs", 0)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=3",
                            "--cluster", "debug", "--results", str(results)])
   out = capsys.readouterr().out

@@ -5,13 +5,11 @@ The real end-to-end sweeps (Slurm, local, requeue) are in tests/test_slurm.py.
 """
 
 import json
-import os
 import pathlib
 import pickle
 import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -26,43 +24,8 @@ from nar_markov import cluster  # pylint: disable=wrong-import-position
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
 
 
-def _write_exe(path: pathlib.Path, text: str) -> None:
-  path.write_text("#!/bin/sh\n" + textwrap.dedent(text))
-  path.chmod(0o755)
-
-
-@pytest.fixture
-def fake_slurm(tmp_path, monkeypatch):
-  """sbatch/squeue stand-ins on PATH: sbatch keeps each script it is given and
-  answers job 4242, 4243, ...; squeue prints the file `squeue.out`."""
-  bin_dir = tmp_path / "fake_bin"
-  bin_dir.mkdir()
-  calls = tmp_path / "sbatch_calls"
-  calls.mkdir()
-  _write_exe(bin_dir / "sbatch", f"""\
-      n=$(ls {calls} | wc -l)
-      cp "$1" {calls}/script_$n.sh
-      echo "Submitted batch job $((4242 + n))"
-      """)
-  squeue_out = tmp_path / "squeue.out"
-  squeue_out.write_text("")
-  _write_exe(bin_dir / "squeue", f"cat {squeue_out}\n")
-  monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-  return {"calls": calls, "squeue_out": squeue_out}
-
-
 def _scripts(fake):
   return sorted(fake["calls"].glob("script_*.sh"))
-
-
-def _write_result(results, model, algorithm, seed, **fields):
-  d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
-  d.mkdir(parents=True, exist_ok=True)
-  result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
-            "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
-            "diverged_step": None, "test_score": 0.5}
-  result.update(fields)
-  (d / "result.json").write_text(json.dumps(result))
 
 
 # -- run expansion -------------------------------------------------------------
@@ -184,9 +147,9 @@ def test_cluster_auto_picks_slurm_only_with_sbatch(tmp_path, monkeypatch, fake_s
 # -- dry run -------------------------------------------------------------------
 
 
-def test_dry_run_lists_runs_and_skips_done_ones(tmp_path, fake_slurm, capsys):
+def test_dry_run_lists_runs_and_skips_done_ones(write_result, tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
-  _write_result(results, "baseline", "bfs", 1)
+  write_result(results, "baseline", "bfs", 1)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
                            "--gin_param", "slurm_resources.mem_gb=2", "--dry-run"])
   out = capsys.readouterr().out
@@ -210,9 +173,9 @@ def test_dry_run_lists_runs_and_skips_done_ones(tmp_path, fake_slurm, capsys):
 # -- submission: one job array, its sbatch script, the manifest ----------------
 
 
-def test_submits_one_array_with_gin_resources(tmp_path, fake_slurm, capsys):
+def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
-  _write_result(results, "baseline", "bfs", 0)
+  write_result(results, "baseline", "bfs", 0)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
                            "--gin_param", "slurm_resources.cpus_per_task=1",
                            "--gin_param", "slurm_resources.mem_gb=2",
@@ -270,13 +233,13 @@ def test_submits_one_array_with_gin_resources(tmp_path, fake_slurm, capsys):
   assert len(_scripts(fake_slurm)) == 1
 
 
-def test_debug_cluster_runs_in_process(tmp_path, monkeypatch, capsys):
+def test_debug_cluster_runs_in_process(write_result, tmp_path, monkeypatch, capsys):
   from nar_markov import train
   calls = []
 
   def fake_run_from_gin(gin_files, gin_params, *, algorithm, seed, results_dir):
     calls.append((algorithm, seed))
-    _write_result(results_dir, "baseline", algorithm, seed, test_score=0.25 * seed)
+    write_result(results_dir, "baseline", algorithm, seed, test_score=0.25 * seed)
     return str(train.run_dir(results_dir, "baseline", algorithm, seed) / "result.json")
 
   monkeypatch.setattr(train, "run_from_gin", fake_run_from_gin)
@@ -330,7 +293,7 @@ def test_multitask_job_pickles_and_calls_the_multitask_runner(monkeypatch):
   assert delayed.args == (["a.gin"], ["SEEDS=[1]"], 1, "/r")
 
 
-def test_multitask_debug_sweep_skips_done_seeds(tmp_path, monkeypatch, capsys):
+def test_multitask_debug_sweep_skips_done_seeds(write_result, tmp_path, monkeypatch, capsys):
   from nar_markov import multitask, train
   calls = []
 
@@ -338,15 +301,15 @@ def test_multitask_debug_sweep_skips_done_seeds(tmp_path, monkeypatch, capsys):
     calls.append(seed)
     paths = []
     for alg in ("bfs", "dfs"):
-      _write_result(results_dir, "forget_multitask", alg, seed, test_score=0.5)
+      write_result(results_dir, "forget_multitask", alg, seed, test_score=0.5)
       paths.append(str(train.run_dir(results_dir, "forget_multitask", alg, seed)
                        / "result.json"))
     return paths
 
   monkeypatch.setattr(multitask, "run_multitask_from_gin", fake)
   results = tmp_path / "results"
-  _write_result(results, "forget_multitask", "bfs", 0)
-  _write_result(results, "forget_multitask", "dfs", 0)
+  write_result(results, "forget_multitask", "bfs", 0)
+  write_result(results, "forget_multitask", "dfs", 0)
   rc = sweep.main(MULTITASK + ["--cluster", "debug", "--results", str(results)])
   out = capsys.readouterr().out
   assert rc == 0, out
@@ -374,10 +337,10 @@ def _fake_manifest(results, jobs, cluster_name="slurm"):
   return records
 
 
-def test_status_counts_each_state_and_names_failure_logs(tmp_path, fake_slurm, capsys):
+def test_status_counts_each_state_and_names_failure_logs(write_result, tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
-  _write_result(results, "baseline", "bfs", 0, test_score=0.75)
-  _write_result(results, "baseline", "bfs", 1, status="diverged", diverged_step=7,
+  write_result(results, "baseline", "bfs", 0, test_score=0.75)
+  write_result(results, "baseline", "bfs", 1, status="diverged", diverged_step=7,
                 test_score=None)
   records = _fake_manifest(results, [("baseline", "dfs", 0, "77_0"),
                                      ("baseline", "dfs", 1, "77_1"),
