@@ -167,7 +167,12 @@ class Model:
                  max_length=max_length, collect_hints=collect_hints)
 
     def init_all(features_list):
-      net = net_cls(self.specs, nb_dims, config)
+      # Parameters are created by the reference net under either impl: the
+      # two have the same parameters, but FastNet creates some in another
+      # order (outputs decoded after the scan), and haiku draws one init key
+      # per parameter in creation order.  So a seed means the same initial
+      # parameters whichever impl trains them.
+      net = model_lib.Net(self.specs, nb_dims, config)
       for k, features in enumerate(features_list):
         net(features, k, repred=False)
 
