@@ -1,7 +1,8 @@
 """The same network as `model.Net`, computed with less work (issue 6).
 
-`FastNet` has `Net`'s parameters (same names, shapes and creation order, so a
-checkpoint of either runs in the other) and computes the same function up to
+`FastNet` has `Net`'s parameters (same names and shapes, so a checkpoint of
+either runs in the other; `train.Model` creates them with `Net`, so a seed
+gives the same initial parameters under both) and computes the same function up to
 float round-off; tests/test_fastnet.py checks losses, gradients and
 predictions against `Net` on every CLRS type of feature.  Where the time
 went in `Net` (dm-clrs's own modules), and what changed, measured on the
@@ -29,15 +30,23 @@ went in `Net` (dm-clrs's own modules), and what changed, measured on the
    per step at n = 64, batch 32), node pointers skip a transpose and a
    [B, N, N, H] maximum per decoder and step (`edge_pointer_logits`,
    `node_pointer_logits`).
-7. Training recomputes each step's forward in the backward pass (`hk.remat`,
+5. The processor's message MLP and its max over senders are one function
+   with a hand-written VJP (`message_mlp_max`): four plain matrix products
+   over the [B * N * N, H] rows, where autodiff of jnp.max built a select and
+   a transposed copy of the masked cotangent that cost more than the
+   products (benchmark ratios, two quiet runs before and after:
+   naive_string_matcher 1.29 -> 1.57, dfs 1.65 -> 1.83).
+6. Training recomputes each step's forward in the backward pass (`hk.remat`,
    `NetConfig.remat`): storing and copying the per-step [B, N, N, H]
    intermediates cost more on CPU than computing them twice (bfs 0.83 ->
-   0.70 s, insertion_sort 1.53 -> 1.34 s per n = 16 step, loaded machine).
-5. Steps after the last trajectory of the batch has ended are skipped (a
+   0.70 s, insertion_sort 1.53 -> 1.34 s per n = 16 step, loaded machine;
+   rechecked with the VJP of 5: without remat dfs and bfs steps take 6-7%
+   longer, naive_string_matcher's 7% less).
+7. Steps after the last trajectory of the batch has ended are skipped (a
    real branch, `hk.cond`): dm-clrs pads every batch to the sampler's
    running max length and runs all of it; those steps change nothing that is
    read (outputs are frozen, losses masked).
-6. At evaluation without hint statistics, per-step hint predictions are not
+8. At evaluation without hint statistics, per-step hint predictions are not
    stacked over time (for floyd_warshall at n = 64: 2 GB per batch of 32).
 
 Only the Triplet-GMPNN processor (the paper's) has a fast path;
@@ -152,8 +161,8 @@ def edge_fts_of(terms, batch_size: int, nb_nodes: int, hidden: int) -> EdgeFts:
 class TripletGMPNN(hk.Module):
   """dm-clrs's triplet_gmpnn: MPNN(use_triplets=True, gated=True, msgs_mlp_sizes=[H, H]).
 
-  Same submodules in the same order (linear, linear_1, ..., mlp, layer_norm),
-  so the parameters are dm-clrs's; only products with edge_fts change.
+  Same submodules (linear, linear_1, ..., mlp, layer_norm), so the parameters
+  are dm-clrs's; products with edge_fts and the message MLP's backward change.
   """
 
   def __init__(self, out_size: int, nb_triplet_fts: int, use_ln: bool,
@@ -194,10 +203,13 @@ class TripletGMPNN(hk.Module):
 
     msgs = (jnp.expand_dims(msg_1, axis=1) + jnp.expand_dims(msg_2, axis=2) +
             msg_e + jnp.expand_dims(msg_g, axis=(1, 2)))
-    msgs = hk.nets.MLP([h, h])(jax.nn.relu(msgs))
-    # triplet_gmpnn is dm-clrs's MPNN subclass of PGN: it replaces adj_mat by
-    # all ones, so the max runs over every sender.
-    msgs = jnp.max(msgs, axis=1)
+    # dm-clrs: hk.nets.MLP([h, h])(relu(msgs)), then the max over senders
+    # (triplet_gmpnn is dm-clrs's MPNN subclass of PGN: it replaces adj_mat
+    # by all ones, so the max runs over every sender).  Same parameters; the
+    # MLP and the max are one function with a hand-written VJP.
+    mlp = hk.nets.MLP([h, h])
+    (w1, b1), (w2, b2) = (linear_params(l, h) for l in mlp.layers)
+    msgs = message_mlp_max(msgs, w1, b1, w2, b2)
     ret = jax.nn.relu(o1(z) + o2(msgs))
     if self.use_ln:
       ret = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(ret)
@@ -206,6 +218,46 @@ class TripletGMPNN(hk.Module):
     gate = jax.nn.sigmoid(gate3(jax.nn.relu(gate1(z) + gate2(msgs))))
     ret = ret * gate + hidden * (1 - gate)
     return ret, tri_msgs
+
+
+@jax.custom_vjp
+def message_mlp_max(pre, w1, b1, w2, b2):
+  """max over senders of MLP([H, H])(relu(pre)): [B, N, N, H] -> [B, N, H].
+
+  pre is indexed [b, sender j, receiver i, h].  The forward is dm-clrs's
+  expression.  The backward is autodiff's, written out so that XLA sees four
+  plain matrix products over the [B * N * N, H] rows: autodiff of jnp.max
+  builds the [B, N, N, H] indicator with a select and then transposes the
+  masked cotangent for the weight gradient, which on CPU cost more than the
+  products themselves (naive_string_matcher: ~10 ms of copies per step).
+  Ties in the max share the cotangent equally, as jnp.max's VJP does; relu'(0)
+  is 0, as jax.nn.relu's.
+  """
+  return _message_mlp_max_fwd(pre, w1, b1, w2, b2)[0]
+
+
+def _message_mlp_max_fwd(pre, w1, b1, w2, b2):
+  h1 = jax.nn.relu(jnp.dot(jax.nn.relu(pre), w1) + b1)
+  out = jnp.dot(h1, w2) + b2
+  m = jnp.max(out, axis=1)
+  return m, (pre, w1, w2, h1, out, m)
+
+
+def _message_mlp_max_bwd(res, g):
+  pre, w1, w2, h1, out, m = res
+  hidden = h1.shape[-1]
+  hit = (out == m[:, None]).astype(g.dtype)
+  d_out = hit * (g / jnp.sum(hit, axis=1))[:, None]
+  d_h1 = jnp.dot(d_out, w2.T) * (h1 > 0)
+  d_w2 = jnp.dot(h1.reshape(-1, hidden).T, d_out.reshape(-1, hidden))
+  d_w1 = jnp.dot(jax.nn.relu(pre).reshape(-1, pre.shape[-1]).T,
+                 d_h1.reshape(-1, hidden))
+  d_pre = jnp.dot(d_h1, w1.T) * (pre > 0)
+  return (d_pre, d_w1, jnp.sum(d_h1, axis=(0, 1, 2)), d_w2,
+          jnp.sum(g, axis=(0, 1)))
+
+
+message_mlp_max.defvjp(_message_mlp_max_fwd, _message_mlp_max_bwd)
 
 
 # -- decoders --------------------------------------------------------------------
