@@ -37,11 +37,16 @@ went in `Net` (dm-clrs's own modules), and what changed, measured on the
    products (benchmark ratios, two quiet runs before and after:
    naive_string_matcher 1.29 -> 1.57, dfs 1.65 -> 1.83).
 6. Training recomputes each step's forward in the backward pass (`hk.remat`,
-   `NetConfig.remat`): storing and copying the per-step [B, N, N, H]
-   intermediates cost more on CPU than computing them twice (bfs 0.83 ->
-   0.70 s, insertion_sort 1.53 -> 1.34 s per n = 16 step, loaded machine;
-   rechecked with the VJP of 5: without remat dfs and bfs steps take 6-7%
-   longer, naive_string_matcher's 7% less).
+   `NetConfig.remat`), except the message MLP's hidden layer, its max and
+   where the max is (`_REMAT_SAVES`): storing and copying all per-step
+   [B, N, N, H] intermediates cost more on CPU than computing them twice
+   (bfs 0.83 -> 0.70 s, insertion_sort 1.53 -> 1.34 s per n = 16 step,
+   loaded machine), but recomputing the MLP cost two of its matrix products
+   and, in the forward pass, made XLA fuse both products with the max into
+   one YNNPACK fusion about 2x slower than the products alone.  Keeping
+   those three (~5 bytes per [B, N, N, H] entry and step) instead: steps
+   -16% naive_string_matcher, -12% insertion_sort, -2% dfs and bfs (same
+   process, alternating).
 7. Steps after the last trajectory of the batch has ended are skipped (a
    real branch, `hk.cond`): dm-clrs pads every batch to the sampler's
    running max length and runs all of it; those steps change nothing that is
@@ -62,6 +67,7 @@ import chex
 import haiku as hk
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 import numpy as np
 from clrs._src import decoders
 from clrs._src import encoders
@@ -236,17 +242,25 @@ def message_mlp_max(pre, w1, b1, w2, b2):
   return _message_mlp_max_fwd(pre, w1, b1, w2, b2)[0]
 
 
+# What the per-step remat keeps instead of recomputing (module doc, 6).
+_REMAT_SAVES = ("message_h1", "message_hit", "message_max")
+
+
 def _message_mlp_max_fwd(pre, w1, b1, w2, b2):
   h1 = jax.nn.relu(jnp.dot(jax.nn.relu(pre), w1) + b1)
   out = jnp.dot(h1, w2) + b2
   m = jnp.max(out, axis=1)
-  return m, (pre, w1, w2, h1, out, m)
+  hit = out == m[:, None]                 # where the max is: bool [B, N, N, H]
+  h1 = checkpoint_name(h1, "message_h1")
+  hit = checkpoint_name(hit, "message_hit")
+  m = checkpoint_name(m, "message_max")
+  return m, (pre, w1, w2, h1, hit)
 
 
 def _message_mlp_max_bwd(res, g):
-  pre, w1, w2, h1, out, m = res
+  pre, w1, w2, h1, hit = res
   hidden = h1.shape[-1]
-  hit = (out == m[:, None]).astype(g.dtype)
+  hit = hit.astype(g.dtype)
   d_out = hit * (g / jnp.sum(hit, axis=1))[:, None]
   d_h1 = jnp.dot(d_out, w2.T) * (h1 > 0)
   d_w2 = jnp.dot(h1.reshape(-1, hidden).T, d_out.reshape(-1, hidden))
@@ -520,7 +534,10 @@ class FastNet(model_lib.Net):
                      (hidden, prev_hint_preds, last_in))
 
     if nb_mp_steps > 1:
-      body = hk.remat(scan_fn) if cfg.remat else scan_fn
+      body = scan_fn
+      if cfg.remat:
+        body = hk.remat(scan_fn, policy=jax.checkpoint_policies.save_only_these_names(
+            *_REMAT_SAVES))
       (_, _, last_in), (rest_hints, rest_gate, rest_norm) = hk.scan(
           body, (hidden, hint_preds, last_in),
           jnp.arange(1, nb_mp_steps), length=nb_mp_steps - 1)
