@@ -179,13 +179,14 @@ class Model:
     # An rng is only drawn for the Gumbel noise dm-clrs adds to permutation
     # pointers in training (decoders.log_sinkhorn); evaluation uses none.
     self._forward = hk.transform(forward)
-    self._init = jax.jit(hk.transform(init_all).init)
+    init_params = hk.transform(init_all).init
+    self._init = jax.jit(init_params)
 
     # Run start-up and per-step keys in one compiled function each: done
     # eagerly, PRNGKey, fold_in and the optimizer's zeros_like per parameter
     # shape are an XLA compilation apiece (issue 6's compile budget).
     def init_state(seed, features_list):
-      params = hk.transform(init_all).init(jax.random.PRNGKey(seed), features_list)
+      params = init_params(jax.random.PRNGKey(seed), features_list)
       return params, self.optimizer.init(params)
 
     def step_key(seed, step):
