@@ -36,7 +36,19 @@ went in `Net` (dm-clrs's own modules), and what changed, measured on the
    a transposed copy of the masked cotangent that cost more than the
    products (benchmark ratios, two quiet runs before and after:
    naive_string_matcher 1.29 -> 1.57, dfs 1.65 -> 1.83).
-6. Training recomputes each step's forward in the backward pass (`hk.remat`,
+6. The triplet max adds, before the max over the first node, only the three
+   of dm-clrs's seven terms that depend on that node: a [B, N, N, N, F] sum
+   of three terms instead of seven, the other four added to the [B, N, N, F]
+   result (same value up to float round-off).
+7. Every Linear and product runs on the [rows, features] view of its input
+   (`on_rows`).  Haiku's Linear on [B, N, N, D] gives a weight gradient that
+   contracts three axes, which XLA:CPU runs as a generic dot outside
+   YNNPACK: ~1.2 ms per step for dfs's [4, 256] edge-projection gradient,
+   against ~0.3 ms as one 2-D product.  Same-process A/B of 6 and 7 together
+   with the rest of this list: insertion_sort -3.5% per step (n = 16), dfs
+   -2.7% (n = 11); the benchmark (README "Speed") moved insertion_sort from
+   1.94 to 2.06 and dfs from 1.77 to 1.88.
+8. Training recomputes each step's forward in the backward pass (`hk.remat`,
    `NetConfig.remat`), except the message MLP's hidden layer, its max and
    where the max is (`_REMAT_SAVES`): storing and copying all per-step
    [B, N, N, H] intermediates cost more on CPU than computing them twice
@@ -47,11 +59,11 @@ went in `Net` (dm-clrs's own modules), and what changed, measured on the
    those three (~5 bytes per [B, N, N, H] entry and step) instead: steps
    -16% naive_string_matcher, -12% insertion_sort, -2% dfs and bfs (same
    process, alternating).
-7. Steps after the last trajectory of the batch has ended are skipped (a
+9. Steps after the last trajectory of the batch has ended are skipped (a
    real branch, `hk.cond`): dm-clrs pads every batch to the sampler's
    running max length and runs all of it; those steps change nothing that is
    read (outputs are frozen, losses masked).
-8. At evaluation without hint statistics, per-step hint predictions are not
+10. At evaluation without hint statistics, per-step hint predictions are not
    stacked over time (for floyd_warshall at n = 64: 2 GB per batch of 32).
 
 Only the Triplet-GMPNN processor (the paper's) has a fast path;
@@ -98,6 +110,17 @@ def linear_params(linear: hk.Linear, input_size: int
   return params[f"{linear.module_name}/w"], params[f"{linear.module_name}/b"]
 
 
+def on_rows(f, x: chex.Array) -> chex.Array:
+  """f (a Linear, a product) applied to x as a [rows, features] matrix.
+
+  Same value as f(x).  On a [B, N, N, D] input the weight gradient of a
+  product contracts three axes, a dot_general that XLA:CPU runs outside
+  YNNPACK (module doc, 7); on the 2-D view it is one plain product.
+  """
+  y = f(x.reshape(-1, x.shape[-1]))
+  return y.reshape(x.shape[:-1] + y.shape[-1:])
+
+
 class EdgeFts(NamedTuple):
   """edge_fts = x @ w + b, without the [B, N, N, H] tensor."""
   x: Optional[chex.Array]   # [B, N, N, D]; None when no edge feature exists
@@ -112,7 +135,8 @@ class EdgeFts(NamedTuple):
       bias = bias + b2
     if self.x is None:
       return jnp.broadcast_to(bias, self.shape + bias.shape)
-    return jnp.dot(self.x, self.w @ w2) + bias
+    m = self.w @ w2
+    return on_rows(lambda x: jnp.dot(x, m), self.x) + bias
 
 
 def _edge_terms(encs, dp) -> List[Tuple[chex.Array, chex.Array, chex.Array]]:
@@ -184,28 +208,29 @@ class TripletGMPNN(hk.Module):
     z = jnp.concatenate([node_fts, hidden], axis=-1)
     m_1, m_2, m_e, m_g = (hk.Linear(h) for _ in range(4))
     o1, o2 = hk.Linear(h), hk.Linear(h)
-    msg_1 = m_1(z)
-    msg_2 = m_2(z)
+    msg_1 = on_rows(m_1, z)
+    msg_2 = on_rows(m_2, z)
     msg_e = edges.project(*linear_params(m_e, edge_width))
     msg_g = m_g(graph_fts)
 
     # Triplet messages (Dudzik and Velickovic 2022), as processors.get_triplet_msgs.
     f = self.nb_triplet_fts
     t_1, t_2, t_3, t_e_1, t_e_2, t_e_3, t_g = (hk.Linear(f) for _ in range(7))
-    tri_1, tri_2, tri_3 = t_1(z), t_2(z), t_3(z)
+    tri_1, tri_2, tri_3 = (on_rows(t, z) for t in (t_1, t_2, t_3))
     tri_e_1 = edges.project(*linear_params(t_e_1, edge_width))
     tri_e_2 = edges.project(*linear_params(t_e_2, edge_width))
     tri_e_3 = edges.project(*linear_params(t_e_3, edge_width))
     tri_g = t_g(graph_fts)
-    triplets = (jnp.expand_dims(tri_1, axis=(2, 3)) +
-                jnp.expand_dims(tri_2, axis=(1, 3)) +
-                jnp.expand_dims(tri_3, axis=(1, 2)) +
-                jnp.expand_dims(tri_e_1, axis=3) +
-                jnp.expand_dims(tri_e_2, axis=2) +
-                jnp.expand_dims(tri_e_3, axis=1) +
-                jnp.expand_dims(tri_g, axis=(1, 2, 3)))
+    # dm-clrs adds all seven terms into a [B, N, N, N, F] tensor and takes
+    # the max over its axis 1 (i).  Four of the terms do not depend on i, so
+    # they are added after the max (module doc, 6): same value, up to float
+    # round-off from the order of additions.
+    tri_max = jnp.max(jnp.expand_dims(jnp.expand_dims(tri_1, 2) + tri_e_1, 3) +
+                      jnp.expand_dims(tri_e_2, 2), axis=1)          # (B, j, k, F)
+    tri_max = (tri_max + jnp.expand_dims(tri_2, 2) + jnp.expand_dims(tri_3, 1) +
+               tri_e_3 + jnp.expand_dims(tri_g, (1, 2)))
     o3 = hk.Linear(h)
-    tri_msgs = jax.nn.relu(o3(jnp.max(triplets, axis=1)))   # (B, N, N, H)
+    tri_msgs = jax.nn.relu(on_rows(o3, tri_max))   # (B, N, N, H)
 
     msgs = (jnp.expand_dims(msg_1, axis=1) + jnp.expand_dims(msg_2, axis=2) +
             msg_e + jnp.expand_dims(msg_g, axis=(1, 2)))
@@ -216,12 +241,13 @@ class TripletGMPNN(hk.Module):
     mlp = hk.nets.MLP([h, h])
     (w1, b1), (w2, b2) = (linear_params(l, h) for l in mlp.layers)
     msgs = message_mlp_max(msgs, w1, b1, w2, b2)
-    ret = jax.nn.relu(o1(z) + o2(msgs))
+    ret = jax.nn.relu(on_rows(o1, z) + on_rows(o2, msgs))
     if self.use_ln:
       ret = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(ret)
     gate1, gate2 = hk.Linear(h), hk.Linear(h)
     gate3 = hk.Linear(h, b_init=hk.initializers.Constant(-3))
-    gate = jax.nn.sigmoid(gate3(jax.nn.relu(gate1(z) + gate2(msgs))))
+    gate = jax.nn.sigmoid(on_rows(gate3, jax.nn.relu(
+        on_rows(gate1, z) + on_rows(gate2, msgs))))
     ret = ret * gate + hidden * (1 - gate)
     return ret, tri_msgs
 
@@ -242,7 +268,7 @@ def message_mlp_max(pre, w1, b1, w2, b2):
   return _message_mlp_max_fwd(pre, w1, b1, w2, b2)[0]
 
 
-# What the per-step remat keeps instead of recomputing (module doc, 6).
+# What the per-step remat keeps instead of recomputing (module doc, 8).
 _REMAT_SAVES = ("message_h1", "message_hit", "message_max")
 
 
@@ -366,7 +392,8 @@ def _project_e_t(linears, edges: EdgeFts, tri_msgs) -> List[chex.Array]:
   sizes = np.cumsum([w.shape[1] for w in ws])[:-1]
   edge_part = edges.project(jnp.concatenate([w[:width] for w in ws], axis=1),
                             jnp.concatenate(bs))
-  tri_part = jnp.dot(tri_msgs, jnp.concatenate([w[width:] for w in ws], axis=1))
+  w_tri = jnp.concatenate([w[width:] for w in ws], axis=1)
+  tri_part = on_rows(lambda x: jnp.dot(x, w_tri), tri_msgs)
   return jnp.split(edge_part + tri_part, sizes, axis=-1)
 
 
@@ -385,12 +412,12 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
     h_t = inp.h_t
     if loc == _Location.NODE:
       if t in (_Type.SCALAR, _Type.MASK, _Type.MASK_ONE):
-        out = jnp.squeeze(dec[0](h_t), -1)
+        out = jnp.squeeze(on_rows(dec[0], h_t), -1)
       elif t == _Type.CATEGORICAL:
-        out = dec[0](h_t)
+        out = on_rows(dec[0], h_t)
       elif t in _POINTERS:
-        p_1 = dec[0](h_t)
-        p_2 = dec[1](h_t)
+        p_1 = on_rows(dec[0], h_t)
+        p_2 = on_rows(dec[1], h_t)
         p_3 = e_t_proj[name]
         p_e = jnp.expand_dims(p_2, -2) + p_3
         out = node_pointer_logits(p_1, p_e, *linear_params(dec[3], p_1.shape[-1]))
@@ -402,8 +429,8 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
       else:
         raise ValueError(f"invalid node type {t}")
     elif loc == _Location.EDGE:
-      pred_1 = dec[0](h_t)
-      pred_2 = dec[1](h_t)
+      pred_1 = on_rows(dec[0], h_t)
+      pred_2 = on_rows(dec[1], h_t)
       pred_e = e_t_proj[name]
       pred = jnp.expand_dims(pred_1, -2) + jnp.expand_dims(pred_2, -3) + pred_e
       if t in (_Type.SCALAR, _Type.MASK, _Type.MASK_ONE):
@@ -411,7 +438,7 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
       elif t == _Type.CATEGORICAL:
         out = pred
       elif t == _Type.POINTER:
-        pred_2 = dec[3](h_t)
+        pred_2 = on_rows(dec[3], h_t)
         w, b = linear_params(dec[4], pred.shape[-1])
         out = edge_pointer_logits(pred, pred_2, w, b)
       else:
