@@ -41,15 +41,16 @@ went in `Net` (dm-clrs's own modules), and what changed, measured on the
 6. The triplet max adds, before the max over the first node, only the three
    of dm-clrs's seven terms that depend on that node: a [B, N, N, N, F] sum
    of three terms instead of seven, the other four added to the [B, N, N, F]
-   result (same value up to float round-off).
+   result (same value up to float round-off).  Same-process A/B:
+   insertion_sort -3% per step at n = 16.
 7. Every Linear and product runs on the [rows, features] view of its input
    (`on_rows`).  Haiku's Linear on [B, N, N, D] gives a weight gradient that
    contracts three axes, which XLA:CPU runs as a generic dot outside
    YNNPACK: ~1.2 ms per step for dfs's [4, 256] edge-projection gradient,
-   against ~0.3 ms as one 2-D product.  Same-process A/B of 6 and 7 together
-   with the rest of this list: insertion_sort -3.5% per step (n = 16), dfs
-   -2.7% (n = 11); the benchmark (README "Speed") moved insertion_sort from
-   1.94 to 2.06 and dfs from 1.77 to 1.88.
+   against ~0.3 ms as one 2-D product.  Same-process A/B (with 6 in both
+   arms): insertion_sort -3.5% per step at n = 16, dfs -2.7% at n = 11.  With
+   6 and 7 the benchmark (README "Speed") moved insertion_sort from 1.94 to
+   2.06 and dfs from 1.77 to 1.88.
 8. Training recomputes each step's forward in the backward pass (`hk.remat`,
    `NetConfig.remat`), except the message MLP's hidden layer, its max and
    where the max is (`_REMAT_SAVES`): storing and copying all per-step
