@@ -43,8 +43,10 @@ went in `Net` (dm-clrs's own modules), and what changed, measured on the
    of three terms instead of seven, the other four added to the [B, N, N, F]
    result (same value up to float round-off).  Same-process A/B:
    insertion_sort -3% per step at n = 16.
-7. Every Linear and product runs on the [rows, features] view of its input
-   (`on_rows`).  Haiku's Linear on [B, N, N, D] gives a weight gradient that
+7. The processor's and decoders' Linears and products that autodiff
+   differentiates run on the [rows, features] view of their input
+   (`on_rows`; the message MLP's hand-written VJP reshapes itself, dm-clrs's
+   encoders are called as they are).  Haiku's Linear on [B, N, N, D] gives a weight gradient that
    contracts three axes, which XLA:CPU runs as a generic dot outside
    YNNPACK: ~1.2 ms per step for dfs's [4, 256] edge-projection gradient,
    against ~0.3 ms as one 2-D product.  Same-process A/B (with 6 in both
