@@ -271,13 +271,60 @@ def summarize(statuses: Sequence[RunStatus]) -> Dict[Tuple[str, str], Dict[str, 
   return table
 
 
+def calibration_report(results_dir) -> List[str]:
+  """Stage 1 of G-ForgetNet sweeps: each lambda calibration's record or last job.
+
+  done: a valid record; calibrating: its job is queued/running; failed: its
+  job ended without a record (the log says why); unusable: a record that
+  does not read back.
+  """
+  from nar_markov import calibrate  # pylint: disable=g-import-not-at-top  (no jax)
+  records = calibrate.read_records(results_dir)
+  jobs = {}
+  for m in read_manifests(results_dir):
+    for j in m.get("calibration_jobs", []):
+      jobs[(j.get("reading"), j.get("algorithm"))] = dict(j, cluster=m.get("cluster"))
+  if not records and not jobs:
+    return []
+  queue = {}
+  slurm_ids = [j["job_id"] for k, j in jobs.items() if k not in records
+               and j["cluster"] == "slurm"]
+  if slurm_ids:
+    try:
+      queue = squeue_states(slurm_ids)
+    except SchedulerUnavailable:
+      queue = {}
+  lines = ["", "lambda calibrations (stage 1 of G-ForgetNet sweeps):"]
+  for key in sorted(set(records) | set(jobs)):
+    reading, alg = key
+    rec, job = records.get(key), jobs.get(key)
+    if isinstance(rec, Exception):
+      state = f"unusable: {rec}"
+    elif rec is not None:
+      state = (f"done: lambda = {rec['lambda']:.6g}, share {rec.get('share', float('nan')):.3f} "
+               f"at step {rec['calibration_step']}, seeds {[x['seed'] for x in rec['seeds']]}, "
+               f"{rec.get('status')}")
+    elif job["cluster"] == "slurm" and str(job["job_id"]) in queue:
+      state = f"calibrating: job {job['job_id']} {queue[str(job['job_id'])].lower()}"
+    elif job["cluster"] == "local" and local_job_alive(str(job["job_id"])):
+      state = f"calibrating: local job {job['job_id']}"
+    else:
+      outcome = _submitit_outcome(job)
+      why = _last_error_line(outcome[1]) if outcome and outcome[0] == "error" else (
+          job.get("outcome") or "ended without a record")
+      state = f"failed: job {job['job_id']} ({why}); log {job.get('stderr')}"
+    lines.append(f"  {reading:<9} {alg:<30} {state}")
+  return lines
+
+
 def format_report(results_dir, statuses: Sequence[RunStatus],
                   warnings: Sequence[str] = ()) -> str:
   table = summarize(statuses)
   lines = [f"results: {pathlib.Path(results_dir).resolve()}"]
   if not statuses:
     lines.append("no runs found (no result folders, no sweep manifests)")
-    return "\n".join(lines + [f"warning: {w}" for w in warnings])
+    return "\n".join(lines + calibration_report(results_dir)
+                     + [f"warning: {w}" for w in warnings])
   w_model = max([len("model")] + [len(m) for m, _ in table])
   w_alg = max([len("algorithm")] + [len(a) for _, a in table])
   header = f"{'model':<{w_model}}  {'algorithm':<{w_alg}}" + "".join(
@@ -304,5 +351,6 @@ def format_report(results_dir, statuses: Sequence[RunStatus],
     lines.append("")
     lines.append("running/pending: " + ", ".join(
         f"{s.name} ({s.job_id} {s.detail})" for s in running))
+  lines += calibration_report(results_dir)
   lines += [f"warning: {w}" for w in warnings]
   return "\n".join(lines)

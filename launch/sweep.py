@@ -10,7 +10,15 @@
 
 Runs whose result.json exists are skipped, as are runs whose last job is still
 queued or running; the rest go out as ONE submitit job array (resources:
-`slurm_resources.*` in gin, nar_markov/cluster.py).  Every submission writes
+`slurm_resources.*` in gin, nar_markov/cluster.py).
+
+G-ForgetNet (gin/gforget.gin: lambda from calibration records) runs in two
+stages from the one command: first one lambda-calibration job per algorithm
+that has no record under --results yet (nar_markov/calibrate.py), then the
+G-ForgetNet runs; on Slurm each algorithm's G-ForgetNet tasks wait for its
+calibration (`--dependency=afterok:<calibration task>`), locally the
+calibrations run first.  --dry-run and --status show both stages; a record
+that is unreadable or was made with other settings stops the sweep.  Every submission writes
 ``<results>/_sweeps/<timestamp>.json`` (job ids, runs, log paths) for --status.
 Bad input (unknown algorithm, missing gin file, unknown binding, ...) exits
 with code 2 before anything is submitted.
@@ -37,7 +45,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script: `python launch/sweep.py`
@@ -110,6 +118,32 @@ def in_flight(results_dir, runs) -> dict:
   return out
 
 
+def in_flight_calibrations(results_dir, calibs) -> Dict[str, tuple]:
+  """Calibrations (by algorithm) whose last job is still queued/running ->
+  (job id, description)."""
+  wanted = {(c.reading, c.algorithm) for c in calibs}
+  last = {}
+  for m in status_lib.read_manifests(results_dir):
+    for j in m.get("calibration_jobs", []):
+      key = (j.get("reading"), j.get("algorithm"))
+      if key in wanted:
+        last[key] = dict(j, cluster=m.get("cluster"))
+  out = {}
+  slurm = {k: j for k, j in last.items() if j["cluster"] == "slurm"}
+  if slurm:
+    try:
+      queue = status_lib.squeue_states(j["job_id"] for j in slurm.values())
+    except status_lib.SchedulerUnavailable:
+      queue = {}
+    for (_, alg), j in slurm.items():
+      if str(j["job_id"]) in queue:
+        out[alg] = (str(j["job_id"]), f"job {j['job_id']} {queue[str(j['job_id'])].lower()}")
+  for (_, alg), j in last.items():
+    if j["cluster"] == "local" and status_lib.local_job_alive(str(j.get("job_id"))):
+      out[alg] = (str(j["job_id"]), f"local job {j['job_id']} running")
+  return out
+
+
 def _log_folder(results_dir) -> pathlib.Path:
   return pathlib.Path(results_dir) / status_lib.LOG_DIR / "%j"
 
@@ -147,6 +181,14 @@ def job_record(run, job) -> dict:
           "result_pickle": str(paths.result_pickle)}
 
 
+def calibration_record(calib, job) -> dict:
+  paths = job.paths
+  return {"algorithm": calib.algorithm, "reading": calib.reading,
+          "record": str(calib.record_path), "job_id": str(job.job_id),
+          "stdout": str(paths.stdout), "stderr": str(paths.stderr),
+          "result_pickle": str(paths.result_pickle)}
+
+
 class Manifest:
   """<results>/_sweeps/<timestamp>.json: what was submitted where (for --status)."""
 
@@ -163,10 +205,14 @@ class Manifest:
                  "cluster": cluster_name, "argv": list(argv),
                  "gin_files": list(gin_files), "gin_params": list(gin_params),
                  "results_dir": str(results_dir),
-                 "log_folder": str(_log_folder(results_dir)), "jobs": []}
+                 "log_folder": str(_log_folder(results_dir)), "jobs": [],
+                 "calibration_jobs": []}
 
   def add(self, record: dict) -> None:
     self.data["jobs"].append(record)
+
+  def add_calibration(self, record: dict) -> None:
+    self.data["calibration_jobs"].append(record)
 
   def save(self) -> None:
     self._write_atomic(self.path, json.dumps(self.data, indent=1).encode())
@@ -183,23 +229,82 @@ def group_name(group) -> str:
   return run.name
 
 
-def submit_slurm(executor, runs, manifest) -> List:
+def submit_calibrations(executor, calibs, manifest) -> Dict[str, str]:
+  """Stage 1 on Slurm: one array, a task per algorithm; algorithm -> task id."""
   from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  if not calibs:
+    return {}
+  args = list(zip(*[c.job_args() for c in calibs]))
+  jobs = executor.map_array(cluster.CalibrationJob(), *args)
+  for calib, job in zip(calibs, jobs):
+    manifest.add_calibration(calibration_record(calib, job))
+  manifest.save()
+  return {c.algorithm: str(j.job_id) for c, j in zip(calibs, jobs)}
+
+
+def submit_slurm(executor, runs, manifest, resources: dict,
+                 after: Optional[Dict[str, str]] = None) -> List:
+  """Stage 2 on Slurm.  `after`: algorithm -> the calibration task its runs
+  wait for (`--dependency=afterok:<id>`): one array per such algorithm, one
+  for all the others."""
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  after = after or {}
   jobs = []
   # One job per run (multi-task: per seed; SEEDS_PER_JOB = K: up to K seeds).
   groups = cluster.job_groups(runs)
-  # One array per MAX_ARRAY_SIZE jobs (one array for any single-model sweep).
-  for start in range(0, len(groups), cluster.MAX_ARRAY_SIZE):
-    chunk = groups[start:start + cluster.MAX_ARRAY_SIZE]
-    calls = [cluster.job_call(g) for g in chunk]
-    args = list(zip(*[a for _, a in calls]))
-    chunk_jobs = executor.map_array(calls[0][0], *args)
-    for group, job in zip(chunk, chunk_jobs):
-      for run in group:
-        manifest.add(job_record(run, job))
-    jobs += chunk_jobs
+  by_dependency: Dict[Optional[str], list] = {}
+  for group in groups:
+    by_dependency.setdefault(after.get(group[0].algorithm), []).append(group)
+  extra = dict(resources.get("slurm_additional_parameters", {}))
+  for dependency, dep_groups in by_dependency.items():
+    executor.update_parameters(slurm_additional_parameters=dict(
+        extra, **({"dependency": f"afterok:{dependency}"} if dependency else {})))
+    # One array per MAX_ARRAY_SIZE jobs (one array for any single-model sweep).
+    for start in range(0, len(dep_groups), cluster.MAX_ARRAY_SIZE):
+      chunk = dep_groups[start:start + cluster.MAX_ARRAY_SIZE]
+      calls = [cluster.job_call(g) for g in chunk]
+      args = list(zip(*[a for _, a in calls]))
+      chunk_jobs = executor.map_array(calls[0][0], *args)
+      for group, job in zip(chunk, chunk_jobs):
+        for run in group:
+          manifest.add(dict(job_record(run, job), after=dependency))
+      jobs += list(zip(chunk, chunk_jobs))
+  executor.update_parameters(slurm_additional_parameters=extra)
   manifest.save()
   return jobs
+
+
+def run_calibrations(executor, calibs, manifest, cluster_name) -> Dict[str, str]:
+  """Stage 1, local/debug: one calibration at a time; algorithm -> failure."""
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  failed = {}
+  for i, calib in enumerate(calibs, 1):
+    t0 = time.time()
+    job = executor.submit(cluster.CalibrationJob(), *calib.job_args())
+    record = calibration_record(calib, job)
+    manifest.add_calibration(record)
+    manifest.save()
+    where = f" (pid {job.job_id}, log {record['stderr']})" if cluster_name == "local" else ""
+    print(f"[calibration {i}/{len(calibs)}] {calib.name}: started{where}", flush=True)
+    try:
+      job.result()
+      rec = json.loads(calib.record_path.read_text())
+      outcome = (f"lambda = {rec['lambda']:.6g} (share {rec.get('share', 0):.3f}, "
+                 f"status {rec.get('status')})")
+    except KeyboardInterrupt:
+      job.cancel()
+      record["outcome"] = "interrupted by the user"
+      manifest.save()
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      lines = [l for l in str(e).strip().splitlines() if l.strip()]
+      outcome = f"failed: {lines[-1] if lines else type(e).__name__}"
+      failed[calib.algorithm] = outcome
+      record["outcome"] = outcome
+      manifest.save()
+    print(f"[calibration {i}/{len(calibs)}] {calib.name}: {outcome} in "
+          f"{time.time() - t0:.1f}s", flush=True)
+  return failed
 
 
 def run_sequentially(executor, runs, manifest, cluster_name) -> int:
@@ -293,19 +398,48 @@ def cmd_sweep(args, argv) -> int:
   done = [r for r in runs if r.result_path.exists()]
   flying = in_flight(results_dir, [r for r in runs if r not in done])
   todo = [r for r in runs if r not in done and (r.model, r.algorithm, r.seed) not in flying]
+  # Stage 1 (G-ForgetNet with lambda from calibration records).
+  calibs, calibrated, problems = cluster.calibration_plan(runs)
+  if problems:
+    raise UsageError("lambda calibration records that cannot be used (nothing was "
+                     "submitted):\n  " + "\n  ".join(problems))
+  calib_flying = in_flight_calibrations(results_dir, calibs)
+  calib_todo = [c for c in calibs if c.algorithm not in calib_flying]
+  # Only the algorithms with runs left to train need their lambda now.
+  needed = {r.algorithm for r in todo}
+  calib_todo = [c for c in calib_todo if c.algorithm in needed]
   model = runs[0].model
   summary = f"{len(todo)} runs to submit, {len(done)} already done"
   if flying:
     summary += f", {len(flying)} already queued or running"
   print(f"sweep {model}: {len(runs)} runs ({len({r.algorithm for r in runs})} algorithms x "
         f"{len({r.seed for r in runs})} seeds) on {cluster_name}; {summary}")
+  if calibs or calibrated:
+    reading = (calibs or [None])[0].reading if calibs else next(iter(calibrated.values()))["reading"]
+    print(f"stage 1, lambda calibration ({reading} reading): {len(calib_todo)} algorithms to "
+          f"calibrate, {len(calibrated)} calibrated, {len(calib_flying)} calibrating")
   k = runs[0].seeds_per_job
   if args.dry_run:
+    if calibs or calibrated:
+      for alg in sorted({r.algorithm for r in runs}):
+        if alg in calibrated:
+          c = calibrated[alg]
+          tag, what = "skip", f"record: lambda = {c['lambda']:.6g} ({c['record']})"
+        elif alg in calib_flying:
+          tag, what = "skip", calib_flying[alg][1]
+        elif alg in needed:
+          tag, what = "calibrate", str(next(c for c in calibs if c.algorithm == alg).record_path)
+        else:
+          tag, what = "skip", "no runs left to train"
+        print(f"  {tag:<12} {'calibrate/' + alg:<40} {what}")
+      print("stage 2, training:")
+    waits = {c.algorithm for c in calibs}
     for r in runs:
       key = (r.model, r.algorithm, r.seed)
       tag = ("skip (done)" if r in done else
              f"skip ({flying[key]})" if key in flying else "submit")
-      print(f"  {tag:<12} {r.name:<40} {r.run_dir}")
+      after = " (after its calibration)" if tag == "submit" and r.algorithm in waits else ""
+      print(f"  {tag:<12} {r.name:<40} {r.run_dir}{after}")
     if k > 1 and todo:
       groups = cluster.job_groups(todo)
       print(f"{len(groups)} jobs of up to {k} seeds (SEEDS_PER_JOB={k}), "
@@ -329,10 +463,19 @@ def cmd_sweep(args, argv) -> int:
   import submitit  # pylint: disable=g-import-not-at-top
   if cluster_name == "slurm":
     try:
-      jobs = submit_slurm(executor, todo, manifest)
+      after = submit_calibrations(executor, calib_todo, manifest)
+      if after:
+        print(f"submitted {len(after)} lambda calibrations as job array "
+              f"{sorted({j.split('_')[0] for j in after.values()})[0]}:")
+        for alg, job_id in after.items():
+          print(f"  {job_id:<12} calibrate/{alg}")
+      after.update({alg: job_id for alg, (job_id, _) in calib_flying.items()
+                    if alg in needed})
+      submitted = submit_slurm(executor, todo, manifest, resources, after)
     except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as e:
       # sbatch refused the script (unknown partition, account, limits...).
       raise UsageError(f"sbatch refused the job array: {e}") from e
+    jobs = [j for _, j in submitted]
     arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
     what = (f"{len(todo)} runs in {len(jobs)} multi-task jobs (one per seed)"
             if todo[0].multitask else
@@ -340,8 +483,10 @@ def cmd_sweep(args, argv) -> int:
             else f"{len(jobs)} runs")
     print(f"submitted {what} as job array {', '.join(arrays)} "
           f"({describe_resources(resources)})")
-    for group, job in zip(cluster.job_groups(todo), jobs):
-      print(f"  {job.job_id:<12} {', '.join(r.name for r in group)}")
+    for group, job in submitted:
+      dep = after.get(group[0].algorithm)
+      print(f"  {job.job_id:<12} {', '.join(r.name for r in group)}"
+            + (f"  (after {dep})" if dep else ""))
     print(f"logs:     {_log_folder(results_dir)}  (%j = job id, e.g. "
           f"{jobs[0].paths.stderr})")
     print(f"results:  {results_dir}/<model>/<algorithm>/seed<k>/result.json")
@@ -350,7 +495,14 @@ def cmd_sweep(args, argv) -> int:
           f"--status --results {results_dir}")
     return 0
   print(f"logs: {_log_folder(results_dir)}; manifest: {manifest.path}")
+  failed = run_calibrations(executor, calib_todo, manifest, cluster_name)
+  if failed:
+    skipped = [r for r in todo if r.algorithm in failed]
+    for r in skipped:
+      print(f"skip {r.name}: its lambda calibration {failed[r.algorithm]}")
+    todo = [r for r in todo if r.algorithm not in failed]
   failures = run_sequentially(executor, todo, manifest, cluster_name)
+  failures += sum(1 for r in runs if r.algorithm in failed and r not in done)
   print(f"{len(todo) - failures}/{len(todo)} runs finished, {failures} failed; "
         f"results in {results_dir}")
   return 1 if failures else 0

@@ -188,6 +188,17 @@ def job_for(run: Run) -> submitit.helpers.Checkpointable:
   return job_call([run])[0]
 
 
+class CalibrationJob(submitit.helpers.Checkpointable):
+  """The lambda calibration of one algorithm (nar_markov.calibrate), resumable:
+  its runs resume from their checkpoints, finished ones are read back."""
+
+  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
+               algorithm: str, results_dir: str) -> str:
+    from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+    return calibrate.calibrate_from_gin(list(gin_files), list(gin_params),
+                                        algorithm=algorithm, results_dir=results_dir)
+
+
 class TrainJob(submitit.helpers.Checkpointable):
   """Trains one run in the job's process; requeued as-is on preemption.
 
@@ -234,15 +245,8 @@ class MultitaskJob(submitit.helpers.Checkpointable):
 
 
 def _bound_value(binding_key: str):
-  """gin.query_parameter, following a macro (`x = %NAME`) to its value."""
-  value = gin.query_parameter(binding_key)
-  # A macro reference's selector is '<NAME>/gin.macro'; its value is bound
-  # under '<NAME>/macro.value'.
-  while (isinstance(value, gin.config.ConfigurableReference)
-         and value.configurable.name == "macro"):
-    macro_name = value.scoped_selector.rpartition("/")[0]
-    value = gin.query_parameter(f"{macro_name}/macro.value")
-  return value
+  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  return config_lib.bound_value(binding_key)
 
 
 def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
@@ -306,13 +310,13 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
     if len(set(dupes)) != len(dupes):
       raise ValueError(f"{what} has duplicates: {dupes!r}")
 
-  # G-ForgetNet's per-algorithm lambda: refuse here rather than in N jobs.
-  try:
-    lambda_gate = _bound_value("run_experiment.lambda_gate")
-  except ValueError:
-    lambda_gate = 0.0
-  for a in algorithms:
-    train.resolve_lambda(lambda_gate, a, model)
+  # G-ForgetNet's per-algorithm lambda: refuse a bad one here rather than in N
+  # jobs.  None (gin/gforget.gin) comes from calibration records, which the
+  # sweep makes first where missing (`calibration_plan`).
+  lambda_gate = lambda_from_gin()
+  if lambda_gate is not None:
+    for a in algorithms:
+      train.resolve_lambda(lambda_gate, a, model)
   slurm_resources()  # validates the Slurm section's values
 
   results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
@@ -320,6 +324,74 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
               gin_params=tuple(gin_params), results_dir=results_dir,
               seeds_per_job=seeds_per_job)
           for a in algorithms for s in seeds]
+
+
+def lambda_from_gin():
+  """run_experiment.lambda_gate as gin binds it; None where unbound (from records)."""
+  try:
+    return _bound_value("run_experiment.lambda_gate")
+  except ValueError:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """Stage 1 of a G-ForgetNet sweep: the lambda calibration of one algorithm."""
+  algorithm: str
+  reading: str
+  gin_files: Tuple[str, ...]
+  gin_params: Tuple[str, ...]
+  results_dir: str
+
+  @property
+  def name(self) -> str:
+    return f"lambda calibration ({self.reading})/{self.algorithm}"
+
+  @property
+  def record_path(self) -> pathlib.Path:
+    from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+    return calibrate.record_path(self.results_dir, self.reading, self.algorithm)
+
+  def job_args(self) -> Tuple:
+    return (list(self.gin_files), list(self.gin_params), self.algorithm,
+            self.results_dir)
+
+
+def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, dict], List[str]]:
+  """(calibrations to make, algorithm -> usable record, problems) of a sweep.
+
+  Empty unless the sweep is G-ForgetNet with lambda read from calibration
+  records (lambda_gate None).  A problem is a record that is unreadable or was
+  made with other settings: the sweep refuses to go on (nothing is
+  overwritten).  Call after `expand_runs` (gin parsed).
+  """
+  from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  if not runs or runs[0].multitask:
+    return [], {}, []
+  model = runs[0].model
+  if (train.MODELS.get(model) != "gated" or model in train._ZERO_LAMBDA_MODELS  # pylint: disable=protected-access
+      or model == "calibrate" or lambda_from_gin() is not None):
+    return [], {}, []
+  heuristic = calibrate.LambdaHeuristic()
+  todo, have, problems = [], {}, []
+  seen = set()
+  for run in runs:
+    if run.algorithm in seen:
+      continue
+    seen.add(run.algorithm)
+    path = calibrate.record_path(run.results_dir, heuristic.reading, run.algorithm)
+    try:
+      if calibrate.read_record(path) is None:
+        todo.append(Calibration(run.algorithm, heuristic.reading, run.gin_files,
+                                run.gin_params, run.results_dir))
+        continue
+      settings = train.run_settings_from_gin(run.algorithm)
+      lam, info = calibrate.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
+      have[run.algorithm] = dict(info, **{"lambda": lam})
+    except calibrate.CalibrationError as e:
+      problems.append(str(e))
+  return todo, have, problems
 
 
 def _seeds_per_job() -> int:

@@ -19,7 +19,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 GIN_DIR = REPO_ROOT / "gin"
 
 # Modules whose configurables gin files may bind; importing registers them.
-_CONFIGURABLE_MODULES = ("nar_markov.data", "nar_markov.train",
+_CONFIGURABLE_MODULES = ("nar_markov.data", "nar_markov.calibrate", "nar_markov.train",
                          "nar_markov.cluster", "nar_markov.multitask")
 
 
@@ -60,3 +60,18 @@ def parse_gin(gin_files: Sequence[str], gin_params: Sequence[str] = (),
         files, list(gin_params), skip_unknown=False, finalize_config=finalize)
   except Exception as e:  # gin raises many types (incl. tokenize.TokenError)
     raise ValueError(f"bad gin configuration: {e}") from e
+
+
+def bound_value(binding_key: str):
+  """gin.query_parameter, following a macro (`x = %NAME`) to its value.
+
+  Raises ValueError when nothing is bound to `binding_key`.
+  """
+  value = gin.query_parameter(binding_key)
+  # A macro reference's selector is '<NAME>/gin.macro'; its value is bound
+  # under '<NAME>/macro.value'.
+  while (isinstance(value, gin.config.ConfigurableReference)
+         and value.configurable.name == "macro"):
+    macro_name = value.scoped_selector.rpartition("/")[0]
+    value = gin.query_parameter(f"{macro_name}/macro.value")
+  return value

@@ -37,6 +37,21 @@ Bounded shapes (`time_bucket`)
   already pads inside a batch; `features.lengths` is unchanged, so losses and
   `clrs.evaluate` see the same valid steps.
 
+Validation (`ValidationPool`), as run.py validates
+  run.py does not validate on the official val split: it builds a val sampler
+  with the *training* sampler settings (edge probabilities, needle lengths)
+  at the largest train size (16 nodes; the string matchers 20, their training
+  size), `2 * 32 * num_samples_multiplier` trajectories, seeded from the run's
+  own `RandomState(seed)` (the `randint` after the train samplers'), and at
+  every evaluation draws that many samples from it with replacement, in
+  batches of 32 (`Sampler.next(32)`), each with freshly randomised `pos`.
+  `ValidationPool` does exactly that; the draw of evaluation k comes from
+  `RandomState([pool seed, k])` instead of run.py's shared `rng`, so it is a
+  function of (seed, step) and a resumed run validates on the same samples.
+  `validation_mode = 'fixed'` (gin) is the named departure: the whole pool,
+  `pos` randomised once, the same samples at every evaluation (smoother
+  curves, e.g. for the gate-norm figures).
+
 Val/test (`load_split`)
   Exactly the official CLRS-30 dataset builder's draw (`CLRSDataset._create_data`):
   `clrs.build_sampler(alg, seed=CLRS30[split]['seed'],
@@ -407,6 +422,85 @@ class TrainStream:
     for sampler, s in zip(self._samplers, state["samplers"]):
       sampler._rng.set_state(s["rng"])  # pylint: disable=protected-access
       sampler.max_steps = s["max_steps"]
+
+
+# --------------------------------------------------------------------------
+# Validation, as run.py validates.
+
+VALIDATION_MODES = ("resample", "fixed")
+_VAL_BATCH_SIZE = 32  # run.py's val_args batch_size
+
+
+def validation_sampler_seed(algorithm: str, seed: int,
+                            lengths: Sequence[int] = TRAIN_LENGTHS) -> int:
+  """run.py's val sampler seed: the `randint` after the train samplers'.
+
+  run.py's create_samplers draws, from one `RandomState(seed)`, one seed per
+  train sampler and then one for the val sampler (as `TrainStream` does for
+  the train samplers).
+  """
+  rng = np.random.RandomState(int(seed))
+  for _ in train_lengths(algorithm, lengths):
+    rng.randint(2**32)
+  return int(rng.randint(2**32))
+
+
+class ValidationPool:
+  """run.py's validation data of one run (module docstring, "Validation").
+
+  `draw(key)` returns the samples of one evaluation, preprocessed as run.py
+  does (random `pos`, pred as input, permutations): mode 'resample' draws
+  `num_samples` of the pool with replacement in batches of 32, each with its
+  own random `pos`, from `RandomState([pool seed, key])`; mode 'fixed'
+  returns the whole pool with `pos` randomised once (the same every time).
+  """
+
+  def __init__(self, algorithm: str, seed: int,
+               lengths: Sequence[int] = TRAIN_LENGTHS, mode: str = "resample"):
+    if mode not in VALIDATION_MODES:
+      raise ValueError(f"unknown validation mode {mode!r}; valid: {VALIDATION_MODES}")
+    self.algorithm = check_algorithm(algorithm)
+    self.mode = mode
+    self.nb_nodes = max(train_lengths(algorithm, lengths))
+    multiplier = clrs.CLRS_30_ALGS_SETTINGS[algorithm]["num_samples_multiplier"]
+    self.num_samples = 2 * clrs.CLRS30["val"]["num_samples"] * multiplier
+    self.seed = validation_sampler_seed(algorithm, seed, lengths)
+    sampler, _ = clrs.build_sampler(
+        algorithm, seed=self.seed, num_samples=self.num_samples,
+        length=self.nb_nodes, **train_sampler_kwargs(algorithm))
+    self._pool = sampler.next(None)  # the whole pre-generated dataset
+    self._fixed = None
+
+  def _subsample(self, idx) -> clrs.Feedback:
+    return _take(self._pool, np.asarray(idx))  # np.take semantics: copies
+
+  def draw(self, key: int) -> clrs.Feedback:
+    if self.mode == "fixed":
+      if self._fixed is None:
+        rng = np.random.RandomState([self.seed, 0])
+        self._fixed = preprocess_feedback(
+            self.algorithm, self._subsample(np.arange(self.num_samples)), rng)
+      return self._fixed
+    rng = np.random.RandomState([self.seed, int(key)])
+    batches = []
+    for _ in range(-(-self.num_samples // _VAL_BATCH_SIZE)):
+      idx = rng.choice(self.num_samples, (_VAL_BATCH_SIZE,), replace=True)
+      batches.append(preprocess_feedback(self.algorithm, self._subsample(idx), rng))
+    return concat_samples(batches)
+
+
+def concat_samples(feedbacks: Sequence[clrs.Feedback]) -> clrs.Feedback:
+  """Batches of one split with the same hint time axis, as one feedback."""
+  def cat(points, axis):
+    return tuple(clrs.DataPoint(p[0].name, p[0].location, p[0].type_,
+                                np.concatenate([x.data for x in p], axis=axis))
+                 for p in zip(*points))
+  features = [fb.features for fb in feedbacks]
+  return clrs.Feedback(
+      clrs.Features(cat([f.inputs for f in features], 0),
+                    cat([f.hints for f in features], 1),
+                    np.concatenate([f.lengths for f in features])),
+      list(cat([fb.outputs for fb in feedbacks], 0)))
 
 
 # --------------------------------------------------------------------------

@@ -39,23 +39,30 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from nar_markov import calibrate as calibrate_lib
 from nar_markov import data
 from nar_markov import fastnet
 from nar_markov import model as model_lib
 
-# Model name -> history policy.  `gforget_nopenalty` is the paper's penalty
-# ablation (lambda = 0); `calibrate` is the lambda=0 run the lambda heuristic
-# measures (see nar_markov/calibrate.py).
+# Model name -> history policy.  `gforget_constant` is G-ForgetNet under the
+# other reading of the lambda heuristic (gin/gforget_constant.gin);
+# `gforget_nopenalty` is the paper's penalty ablation (lambda = 0);
+# `calibrate` is a calibration run of the lambda heuristic, trained with the
+# lambda it is given from step 0 (nar_markov/calibrate.py).
 MODELS = {
     "baseline": "full",
     "forget": "none",
     "gforget": "gated",
+    "gforget_constant": "gated",
     "gforget_nopenalty": "gated",
     "calibrate": "gated",
 }
-_ZERO_LAMBDA_MODELS = ("gforget_nopenalty", "calibrate")
+_ZERO_LAMBDA_MODELS = ("gforget_nopenalty",)
 RESULT_SCHEMA = "nar_markov.result/1"
 CHECKPOINT_NAME = "checkpoint.pkl"
+# A calibration run's state at its last step, from which G-ForgetNet's run of
+# the same seed continues under the schedule reading (nar_markov/calibrate.py).
+FINAL_STATE_NAME = "final_state.pkl"
 RESULT_NAME = "result.json"
 
 
@@ -115,23 +122,91 @@ def package_versions() -> Dict[str, str]:
   return versions
 
 
-def resolve_lambda(lambda_gate: Union[float, Mapping[str, float]], algorithm: str,
-                   model: str) -> float:
-  """lambda for this run: a float, or a per-algorithm dict (gin/lambdas.gin)."""
+def resolve_lambda(lambda_gate: Union[None, float, Mapping[str, float]],
+                   algorithm: str, model: str, *, results_dir=None,
+                   heuristic: Optional[calibrate_lib.LambdaHeuristic] = None,
+                   settings: Optional[Mapping[str, Any]] = None
+                   ) -> Tuple[float, int, Optional[Dict[str, Any]]]:
+  """(lambda, first penalised step, provenance) of a run.
+
+  No gate or the penalty ablation: (0, 0, None).  A calibration run
+  (`calibrate`): the float it is given, from step 0.  G-ForgetNet: the
+  penalty starts where the heuristic's reading says (schedule: at the
+  calibration step; constant: at 0) and lambda is, in this order, a float
+  bound by hand, a per-algorithm dict bound in gin, or -- `lambda_gate=None`,
+  gin/gforget.gin's default -- read from the algorithm's calibration record
+  under `results_dir` (nar_markov/calibrate.py).
+  """
   if model in _ZERO_LAMBDA_MODELS or MODELS.get(model) != "gated":
-    return 0.0  # no gate, no penalty: lambda is not used
+    return 0.0, 0, None  # no gate, no penalty: lambda is not used
+  if model == "calibrate":
+    return _check_lambda(0.0 if lambda_gate is None else lambda_gate), 0, {
+        "source": "calibration run"}
+  h = heuristic or calibrate_lib.LambdaHeuristic()
+  schedule_steps = int((settings or {}).get("schedule_steps") or 0)
+  start = h.penalty_start(schedule_steps) if schedule_steps else 0
+  info = {"reading": h.reading, "penalty_start_step": start}
+  if lambda_gate is None:
+    if results_dir is None or settings is None:
+      raise ValueError("lambda_gate is None (read it from the calibration record) "
+                       "but no results_dir/settings to find the record with")
+    lam, provenance = calibrate_lib.load_lambda(results_dir, algorithm, h, settings)
+    return _check_lambda(lam), start, {
+        **provenance, **info, "reuse_calibration_prefix": h.reuse_calibration_prefix}
   if isinstance(lambda_gate, Mapping):
     if algorithm not in lambda_gate:
       raise ValueError(
-          f"lambda_gate has no value for {algorithm!r}; run the lambda "
-          "calibration (README, 'lambda heuristic') or bind "
-          "run_experiment.lambda_gate to a float")
-    lam = float(lambda_gate[algorithm])
-  else:
-    lam = float(lambda_gate)
+          f"lambda_gate has no value for {algorithm!r}; bind "
+          "run_experiment.lambda_gate = None to read it from the calibration "
+          "record, or to a float")
+    lam = _check_lambda(lambda_gate[algorithm])
+    return lam, start, {"source": "gin table", "lambda": lam, **info}
+  lam = _check_lambda(lambda_gate)
+  return lam, start, {"source": "bound by hand", "lambda": lam, **info}
+
+
+def _check_lambda(value) -> float:
+  lam = float(value)
   if not math.isfinite(lam) or lam < 0:
     raise ValueError(f"lambda_gate must be a finite value >= 0, got {lam}")
   return lam
+
+
+# What defines a run's training, beside its algorithm and seed (result.json
+# "settings"; what a calibration record must agree on, nar_markov/calibrate.py).
+_SETTINGS_ARGS = ("train_steps", "batch_size", "hidden_size", "learning_rate",
+                  "grad_clip_max_norm", "schedule_steps", "train_lengths",
+                  "processor", "nb_triplet_fts", "gate_mlp_layers", "gate_bias_init")
+
+
+def run_settings(algorithm: str, **kwargs) -> Dict[str, Any]:
+  """The defining settings of a run of `algorithm` with run_experiment's `kwargs`."""
+  out = {"algorithm": algorithm}
+  for key in _SETTINGS_ARGS:
+    out[key] = kwargs[key]
+  out["schedule_steps"] = int(out["schedule_steps"] or out["train_steps"])
+  out["train_lengths"] = [int(n) for n in data.train_lengths(algorithm, out["train_lengths"])]
+  for key in ("learning_rate", "grad_clip_max_norm", "gate_bias_init"):
+    out[key] = float(out[key])
+  return out
+
+
+def run_settings_from_gin(algorithm: str, **overrides) -> Dict[str, Any]:
+  """`run_settings` of run_experiment as gin (parsed) and `overrides` would call it."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  kwargs = {}
+  for name, param in inspect.signature(run_experiment).parameters.items():
+    if name not in _SETTINGS_ARGS:
+      continue
+    if name in overrides:
+      kwargs[name] = overrides[name]
+      continue
+    try:
+      kwargs[name] = config_lib.bound_value(f"run_experiment.{name}")
+    except ValueError:
+      kwargs[name] = param.default
+  return run_settings(algorithm, **kwargs)
 
 
 def make_optimizer(learning_rate: float, train_steps: int,
@@ -382,8 +457,9 @@ def run_experiment(*,
                    learning_rate: float = 1.5e-3,
                    grad_clip_max_norm: float = 1.0,
                    schedule_steps: Optional[int] = None,
-                   lambda_gate: Union[float, Mapping[str, float]] = 0.0,
+                   lambda_gate: Union[None, float, Mapping[str, float]] = None,
                    train_lengths: Sequence[int] = data.TRAIN_LENGTHS,
+                   validation_mode: str = "resample",
                    eval_every_steps: int = 50,
                    log_every_steps: int = 10,
                    checkpoint_every_steps: int = 500,
@@ -398,6 +474,7 @@ def run_experiment(*,
                    impl: str = "auto",
                    cache_dir: Optional[str] = None,
                    stop_after_steps: Optional[int] = None,
+                   save_final_state: bool = False,
                    progress: bool = True) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
   """Train `model` on `algorithm` with `seed`; write and return the result dict.
 
@@ -405,9 +482,18 @@ def run_experiment(*,
     seed: one seed -> one run, returns its result dict.  A sequence of K
       distinct seeds -> K runs trained together in this process (K-seed
       mode, below), returns their result dicts in the same order.
-    model: baseline | forget | gforget | gforget_nopenalty | calibrate.
-    lambda_gate: G-ForgetNet's penalty weight (Eq. 6): a float, or a dict
-      algorithm -> float such as gin/lambdas.gin's LAMBDAS.
+    model: baseline | forget | gforget | gforget_constant | gforget_nopenalty |
+      calibrate -- a label of the results folder; its history policy is MODELS[model].
+    lambda_gate: G-ForgetNet's penalty weight (Eq. 6).  None (gin/gforget.gin):
+      read from the algorithm's calibration record under `results_dir`
+      (nar_markov/calibrate.py); a float, or a dict algorithm -> float, bound
+      by hand.  When the penalty is on is the lambda heuristic's reading
+      (`LambdaHeuristic.reading`: schedule -> from the calibration step,
+      constant -> from step 0); see `resolve_lambda`.
+    validation_mode: 'resample' (dm-clrs run.py: every evaluation draws
+      2 x 32 x multiplier samples with replacement from a pool sampled with
+      the training settings at the largest train size, random pos) or 'fixed'
+      (that pool, the same samples each time); nar_markov.data.ValidationPool.
     val_max_samples / test_max_samples: evaluate on the first k samples only
       (smoke tests); None = the whole official split.
     test_batch_size: None picks a size that bounds evaluation memory.
@@ -418,6 +504,9 @@ def run_experiment(*,
       parameters, slower).
     stop_after_steps: tests only -- stop (as if killed) after this many steps,
       leaving the checkpoint behind and no result.
+    save_final_state: keep the state at the last step as FINAL_STATE_NAME
+      beside result.json (the lambda calibration's lambda = 0 runs: G-ForgetNet
+      under the schedule reading continues from it).
 
   K-seed mode (`seed=[s1, ..., sK]`, what the sweep runs with SEEDS_PER_JOB=K):
   one optimizer step of all K seeds is ONE XLA computation, `jax.vmap` of
@@ -451,7 +540,18 @@ def run_experiment(*,
                  log_every_steps=log_every_steps,
                  checkpoint_every_steps=checkpoint_every_steps,
                  learning_rate=learning_rate)
-  lam = resolve_lambda(lambda_gate, algorithm, model)
+  if validation_mode not in data.VALIDATION_MODES:
+    raise ValueError(f"unknown validation_mode {validation_mode!r}; "
+                     f"valid: {data.VALIDATION_MODES}")
+  settings = run_settings(
+      algorithm, train_steps=train_steps, batch_size=batch_size,
+      hidden_size=hidden_size, learning_rate=learning_rate,
+      grad_clip_max_norm=grad_clip_max_norm, schedule_steps=schedule_steps,
+      train_lengths=train_lengths, processor=processor,
+      nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
+      gate_bias_init=gate_bias_init)
+  lam, penalty_start, lambda_info = resolve_lambda(
+      lambda_gate, algorithm, model, results_dir=results_dir, settings=settings)
   config = model_lib.NetConfig(
       hidden_size=int(hidden_size), history=MODELS[model], processor=processor,
       nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
@@ -477,13 +577,16 @@ def run_experiment(*,
               model=model, algorithm=algorithm, seed=s, train_steps=train_steps,
               batch_size=batch_size, hidden_size=hidden_size,
               learning_rate=learning_rate, lambda_gate=lam))).encode())
-      # Data: one stream per run (seed); val/test from the cache (official draws).
-      runs.append((s, out_dir, data.TrainStream(algorithm, seed=s, batch_size=batch_size,
-                                                lengths=tuple(train_lengths))))
+      # Data: one train stream and one validation pool per run (seed), as
+      # run.py; the test split from the cache (the official draw).
+      runs.append((s, out_dir,
+                   data.TrainStream(algorithm, seed=s, batch_size=batch_size,
+                                    lengths=tuple(train_lengths)),
+                   data.ValidationPool(algorithm, seed=s, lengths=tuple(train_lengths),
+                                       mode=validation_mode)))
     spec = runs[0][2].spec
-    val = data.load_split(algorithm, "val", cache_dir=cache_dir)
     test = data.load_split(algorithm, "test", cache_dir=cache_dir)
-    nb_dims = model_lib.nb_dims_of(val)
+    nb_dims = model_lib.nb_dims_of(test)
     test_nodes = test.features.inputs[0].data.shape[1]
     if test_batch_size is None:
       test_batch_size = default_test_batch_size(spec, test_nodes, hidden_size,
@@ -491,24 +594,19 @@ def run_experiment(*,
     optimizer = make_optimizer(learning_rate, schedule_steps or train_steps,
                                grad_clip_max_norm)
     job = _Job(
-        model=model, algorithm=algorithm, lam=lam,
+        model=model, algorithm=algorithm, lam=lam, penalty_start=penalty_start,
+        lambda_info=lambda_info, save_final_state=bool(save_final_state),
         net=Model([spec], [nb_dims], config, optimizer), optimizer=optimizer,
-        val=val, test=test, train_steps=int(train_steps),
+        test=test, train_steps=int(train_steps),
         eval_every_steps=int(eval_every_steps), log_every_steps=int(log_every_steps),
         checkpoint_every_steps=int(checkpoint_every_steps),
         val_batch_size=int(val_batch_size), val_max_samples=val_max_samples,
         test_batch_size=int(test_batch_size), test_max_samples=test_max_samples,
         stop_after_steps=stop_after_steps, progress=progress, gin_str=gin_str,
-        settings={
-            "hidden_size": int(hidden_size),
-            "batch_size": int(batch_size),
-            "learning_rate": float(learning_rate),
-            "schedule_steps": int(schedule_steps or train_steps),
-            "train_lengths": [int(x) for x in train_lengths],
-        })
+        validation_mode=validation_mode, settings=settings)
     by_step: Dict[int, List[Tuple[_SeedRun, Any, Any]]] = {}
-    for s, out_dir, stream in runs:
-      run = _SeedRun(job, s, out_dir, stream)
+    for s, out_dir, stream, val in runs:
+      run = _SeedRun(job, s, out_dir, stream, val)
       params, opt_state = run.start()
       by_step.setdefault(run.step, []).append((run, params, opt_state))
     if len(by_step) > 1:
@@ -533,9 +631,11 @@ class _Job:
   model: str
   algorithm: str
   lam: float
+  penalty_start: int                  # first step whose loss has lam * G
+  lambda_info: Optional[Dict[str, Any]]  # result.json's lambda_calibration
+  save_final_state: bool
   net: Model
   optimizer: optax.GradientTransformation
-  val: Any
   test: Any
   train_steps: int
   eval_every_steps: int
@@ -548,7 +648,13 @@ class _Job:
   stop_after_steps: Optional[int]
   progress: bool
   gin_str: str
-  settings: Dict[str, Any]   # result.json's settings fields
+  validation_mode: str
+  settings: Dict[str, Any]   # run_settings: result.json's settings fields
+
+  def lambda_at(self, step: int) -> np.float32:
+    """The penalty weight of train step `step` (0-based): the heuristic's reading."""
+    # A numpy scalar: no eager conversion to compile, one compiled step for both.
+    return np.float32(self.lam if step >= self.penalty_start else 0.0)
 
   def stop_at(self, step: int) -> int:
     if self.stop_after_steps is None:
@@ -579,11 +685,12 @@ class _SeedRun:
   """
 
   def __init__(self, job: _Job, seed: int, out_dir: pathlib.Path,
-               stream: data.TrainStream):
+               stream: data.TrainStream, val: data.ValidationPool):
     self.job = job
     self.seed = int(seed)
     self.out_dir = out_dir
     self.stream = stream
+    self.val = val
     self.ckpt_path = out_dir / CHECKPOINT_NAME
     self.result_path = out_dir / RESULT_NAME
     self.pending = []  # (step, device-side losses) since the last flush
@@ -597,12 +704,23 @@ class _SeedRun:
     """Resume from the checkpoint, or initialise; returns (params, opt_state)."""
     job = self.job
     state = load_checkpoint(self.ckpt_path)
+    prefix = None if state is not None else self.calibration_prefix()
+    if prefix is not None:
+      state = load_checkpoint(prefix)
+      if state is None or state["step"] != job.penalty_start:
+        raise ValueError(f"{prefix} does not hold the state at step {job.penalty_start}")
+      log(f"{self.name}: continuing the lambda = 0 calibration run's training from "
+          f"step {state['step']} ({prefix}): the same seed, data and schedule, and "
+          "no penalty before the switch, so the same training")
+      state["continued_from"] = str(prefix)
     if state is not None:
       self.stream.load_state_dict(state["stream"])
       params, opt_state = state["params"], state["opt_state"]
-      log(f"resuming {self.name} from step {state['step']}")
+      if prefix is None:
+        log(f"resuming {self.name} from step {state['step']}")
     else:
-      init_batch = next(iter(data.eval_batches(job.val, job.val_batch_size)))[0]
+      init_batch = next(iter(data.eval_batches(self.val.draw(0),
+                                               job.val_batch_size)))[0]
       # = net.init(PRNGKey(seed), ...) and optimizer.init, in one compilation.
       params, opt_state = job.net.init_state(self.seed, [init_batch.features])
       state = {"step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
@@ -618,11 +736,22 @@ class _SeedRun:
       self.evaluate(params, 0)
     return params, opt_state
 
+  def calibration_prefix(self) -> Optional[pathlib.Path]:
+    """Schedule reading: the lambda = 0 calibration run of this seed, saved at
+    the switch, which is this run's training up to there (calibrate.py)."""
+    info = self.job.lambda_info
+    if (not info or info.get("source") != "calibration record"
+        or info.get("reading") != "schedule" or not info.get("reuse_calibration_prefix")
+        or self.job.penalty_start <= 0):
+      return None
+    return calibrate_lib.prefix_state(info, self.seed)
+
   def evaluate(self, params, step_now: int) -> Dict[str, Any]:
     job, state, curves = self.job, self.state, self.curves
     t0 = time.time()
-    res = evaluate_split(job.net, params, job.val, 0, job.val_batch_size,
-                         with_hints=True, max_samples=job.val_max_samples)
+    res = evaluate_split(job.net, params, self.val.draw(step_now), 0,
+                         job.val_batch_size, with_hints=True,
+                         max_samples=job.val_max_samples)
     self.t_eval += time.time() - t0
     curves["val"]["step"].append(step_now)
     curves["val"]["score"].append(res["score"])
@@ -646,13 +775,13 @@ class _SeedRun:
           f"(best {self.state['best_val']:.4f} @ {self.state['best_step']}) "
           f"{self.step / max(self.t_train, 1e-9):.2f} steps/s")
 
-  def save_checkpoint(self, params, opt_state) -> None:
+  def save_checkpoint(self, params, opt_state, path: Optional[pathlib.Path] = None) -> None:
     self.state.update(step=self.step, params=jax.tree_util.tree_map(np.asarray, params),
                       opt_state=jax.tree_util.tree_map(np.asarray, opt_state),
                       stream=self.stream.state_dict(), curves=self.curves,
                       train_time_s=self.t_train, eval_time_s=self.t_eval,
                       diverged_step=self.diverged_step)
-    atomic_write_bytes(self.ckpt_path, pickle.dumps(self.state, protocol=4))
+    atomic_write_bytes(path or self.ckpt_path, pickle.dumps(self.state, protocol=4))
 
   def flush(self) -> Optional[int]:
     """Fetch this run's pending losses; see `record`."""
@@ -686,15 +815,22 @@ class _SeedRun:
       # Interrupted on purpose (tests): leave the checkpoint, write no result.
       self.save_checkpoint(params, opt_state)
       return {"status": "interrupted", "steps": self.step}
+    if self.job.save_final_state and self.diverged_step is None:
+      self.save_checkpoint(params, opt_state, self.out_dir / FINAL_STATE_NAME)
     return self.finish()
 
   def finish(self) -> Dict[str, Any]:
-    """Score the best parameters on test (unless diverged); write result.json."""
+    """Score the best parameters on test; write result.json.
+
+    A diverged run is tested too, on its best validation parameters (from
+    before the divergence), and keeps its status: dm-clrs run.py never drops
+    a seed, so neither does the analysis.
+    """
     job, state = self.job, self.state
     train_time = self.t_train
     eval_time = self.t_eval
     test_res = None
-    if self.diverged_step is None:
+    if state["best_params"] is not None:
       t0 = time.time()
       test_res = evaluate_split(job.net, state["best_params"], job.test, 0,
                                 job.test_batch_size, with_hints=False,
@@ -716,11 +852,18 @@ class _SeedRun:
         "val_best": state["best_val"] if state["best_params"] is not None else None,
         "val_best_step": state["best_step"],
         "lambda_gate": job.lam,
+        "lambda_reading": (job.lambda_info or {}).get("reading"),
+        "penalty_start_step": job.penalty_start,
+        "lambda_calibration": (None if job.lambda_info is None else dict(
+            job.lambda_info, **({"continued_from": state["continued_from"]}
+                                if state.get("continued_from") else {}))),
         "hidden_size": job.settings["hidden_size"],
         "batch_size": job.settings["batch_size"],
         "learning_rate": job.settings["learning_rate"],
         "schedule_steps": job.settings["schedule_steps"],
         "train_lengths": job.settings["train_lengths"],
+        "validation_mode": job.validation_mode,
+        "settings": job.settings,
         "curves": self.curves,
         "wall_time_s": train_time + eval_time,
         "train_time_s": train_time,
@@ -740,7 +883,6 @@ class _SeedRun:
 def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> Dict[str, Any]:
   """One seed, `Model.train_step` (jitted per shape): the K = 1 path."""
   stop_at = job.stop_at(run.step)
-  lam_arr = np.float32(job.lam)   # a numpy scalar: no eager conversion to compile
   while run.step < stop_at and run.diverged_step is None:
     feedback = next(run.stream)
     t0 = time.time()
@@ -748,7 +890,7 @@ def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> Dict[str, Any]
     # state: fold_in(PRNGKey(seed + 1), step), one compiled function.
     rng_key = job.net.step_key(run.seed, run.step)
     params, opt_state, losses = job.net.train_step(params, opt_state, feedback,
-                                                   lam_arr, 0, rng_key)
+                                                   job.lambda_at(run.step), 0, rng_key)
     run.step += 1
     run.pending.append((run.step, losses))
     if job.flush_due(run.step, stop_at):
@@ -830,7 +972,6 @@ def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
   params = stack_trees([p for _, p, _ in group])
   opt_state = stack_trees([o for _, _, o in group])
   vstep = make_vmapped_train_step(job.net)
-  lam_arr = np.float32(job.lam)
   pending = []  # (step, stacked device-side losses) since the last flush
   results = {}
   log(f"{job.model}/{job.algorithm}: training seeds {[r.seed for r in active]} "
@@ -839,7 +980,7 @@ def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
     feedbacks = [next(run.stream) for run in active]
     t0 = time.time()
     batch, max_length = stack_batches(feedbacks)
-    params, opt_state, losses = vstep(params, opt_state, batch, lam_arr,
+    params, opt_state, losses = vstep(params, opt_state, batch, job.lambda_at(step),
                                       job.net.step_keys([r.seed for r in active], step),
                                       max_length)
     step += 1

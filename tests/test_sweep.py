@@ -96,7 +96,7 @@ def test_train_job_pickles_and_checkpoint_resubmits_the_same_call():
     (["--gin", "gin/base.gin"], "the model is not set in the gin files"),
     (["--gin", "gin/baseline.gin", "--gin_param", "run_experiment.model='resnet'"],
      "unknown model 'resnet'"),
-    (["--gin", "gin/gforget.gin", "--gin_param", "LAMBDAS={'bfs': 0.1}",
+    (["--gin", "gin/gforget.gin", "--gin_param", "run_experiment.lambda_gate={'bfs': 0.1}",
       "--gin_param", "ALGORITHMS=['bfs','dfs']"], "lambda_gate has no value for 'dfs'"),
     (SMOKE + ["--gin_param", "slurm_resources.cpus_per_task='x'"],
      "slurm_resources.cpus_per_task must be an int >= 1, got 'x'"),

@@ -106,6 +106,20 @@ def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
 
 
 def test_lambda_resolution():
-  assert train.resolve_lambda({"bfs": 0.5}, "bfs", "gforget") == 0.5
-  assert train.resolve_lambda(0.5, "bfs", "gforget_nopenalty") == 0.0
-  assert train.resolve_lambda(0.5, "bfs", "calibrate") == 0.0
+  settings = {"schedule_steps": 1000}
+  lam, start, info = train.resolve_lambda({"bfs": 0.5}, "bfs", "gforget", settings=settings)
+  assert (lam, start, info["source"], info["reading"]) == (0.5, 600, "gin table", "schedule")
+  lam, start, info = train.resolve_lambda(0.5, "bfs", "gforget", settings=settings)
+  assert (lam, start, info["source"]) == (0.5, 600, "bound by hand")
+  assert train.resolve_lambda(0.5, "bfs", "gforget_nopenalty") == (0.0, 0, None)
+  assert train.resolve_lambda(0.5, "bfs", "forget") == (0.0, 0, None)
+  # A calibration run trains with the lambda it is given, from step 0.
+  assert train.resolve_lambda(0.5, "bfs", "calibrate")[:2] == (0.5, 0)
+  assert train.resolve_lambda(None, "bfs", "calibrate")[:2] == (0.0, 0)
+
+
+def test_gforget_without_a_record_or_lambda_is_refused(tmp_path):
+  with pytest.raises(ValueError, match="no λ calibration record for 'bfs'"):
+    train.run_experiment(algorithm="bfs", seed=0, model="gforget",
+                         results_dir=str(tmp_path))
+  assert not any(tmp_path.iterdir())

@@ -1,0 +1,275 @@
+"""The λ heuristic: both readings, the search, calibration records, and G-ForgetNet reading λ from them."""
+
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from nar_markov import calibrate
+from nar_markov import config
+from nar_markov import train
+
+TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
+            eval_every_steps=10, log_every_steps=2, checkpoint_every_steps=10,
+            val_max_samples=16, test_max_samples=8, progress=False)
+STEPS = 20  # calibration step 12, window 1 (0.6 and 0.05 of 20)
+
+
+@pytest.fixture
+def cache(monkeypatch, data_cache_dir):
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+  config.parse_gin([], [])  # gin cleared: run_experiment's own defaults
+
+
+# -- the heuristic's arithmetic ---------------------------------------------------
+
+
+def test_steps_scale_with_the_schedule():
+  h = calibrate.LambdaHeuristic()
+  assert (h.calibration_step(10_000), h.window_steps(10_000)) == (6000, 500)
+  assert (h.calibration_step(1500), h.window_steps(1500)) == (900, 75)
+  assert h.penalty_start(10_000) == 6000
+  assert calibrate.LambdaHeuristic(reading="constant").penalty_start(10_000) == 0
+  with pytest.raises(ValueError, match="reading must be one of"):
+    calibrate.LambdaHeuristic(reading="linear")
+  with pytest.raises(ValueError, match="band"):
+    calibrate.LambdaHeuristic(band=(0.6, 0.4))
+
+
+def test_measure_reads_the_window_before_the_step():
+  result = {"steps": 30, "curves": {
+      "train": {"step": [10, 20, 30], "output_loss": [1.0, 2.0, 9.0],
+                "hint_loss": [1.0, 2.0, 9.0], "gate_term": [5.0, 8.0, 9.0],
+                "gate_penalty": [0.0, 4.0, 9.0]},
+      "val": {"step": [0, 20, 30], "hidden_norm": [0.5, 0.25, 0.1]}}}
+  m = calibrate.measure(result, end_step=20, window_steps=10)
+  assert (m["L"], m["G"], m["P"]) == (4.0, 8.0, 4.0)
+  assert m["share"] == pytest.approx(0.5) and m["gate_norm"] == 0.25
+  assert calibrate.share_with(m["L"] / m["G"], m) == pytest.approx(0.5)
+  with pytest.raises(calibrate.CalibrationError, match="no training-curve entries"):
+    calibrate.measure(result, end_step=50, window_steps=5)
+
+
+# -- the constant reading's search on a synthetic share(λ) ----------------------------
+
+
+def _logistic(center, slope=1.0, top=1.0):
+  return lambda lam: top / (1 + math.exp(-slope * (math.log(lam) - math.log(center))))
+
+
+@pytest.mark.parametrize("center, lambda0", [(3.0, 0.01), (3.0, 1e4), (0.2, 0.2 * 1.01)])
+def test_search_brackets_and_converges(center, lambda0):
+  share = _logistic(center, slope=0.8)
+  trials, chosen, in_band = calibrate.search(
+      lambda i, lam: {"share": share(lam)}, lambda0, (0.4, 0.6), max_trials=10)
+  assert in_band and 0.4 <= chosen["share"] <= 0.6
+  assert chosen is trials[-1] and len(trials) <= 10
+  lams = [t["lambda"] for t in trials]
+  assert len(set(lams)) == len(lams)  # never the same λ twice
+  assert [t["trial"] for t in trials] == list(range(len(trials)))
+
+
+def test_search_gives_up_cleanly_with_the_closest_trial():
+  # The gate shuts faster than λ grows: the share never exceeds 0.3.
+  share = _logistic(1.0, slope=1.0, top=0.3)
+  trials, chosen, in_band = calibrate.search(
+      lambda i, lam: {"share": share(lam)}, 1e-3, (0.4, 0.6), max_trials=5)
+  assert not in_band and len(trials) == 5
+  assert chosen["share"] == max(t["share"] for t in trials)
+  assert calibrate.propose_next([{"lambda": 1.0, "share": 0.5}], (0.4, 0.6)) is None
+
+
+def test_search_bisects_when_the_secant_step_would_leave_the_bracket():
+  trials = [{"lambda": 1.0, "share": 0.1}, {"lambda": 100.0, "share": 0.99999}]
+  nxt = calibrate.propose_next(trials, (0.4, 0.6))
+  assert 1.0 < nxt < 100.0
+
+
+# -- records and the calibration procedure, with a stand-in for training ------------
+
+
+class FakeTraining:
+  """train.run_experiment's contract for calibrate.py, without a net: the
+  penalty's share over the window is a logistic function of λ, result.json
+  is written in the run folder and read back when it exists."""
+
+  def __init__(self, fail_at_call=None):
+    self.trained = []
+    self.fail_at_call = fail_at_call
+
+  def __call__(self, *, algorithm, seed, results_dir, lambda_gate=0.0, train_steps,
+               schedule_steps, save_final_state=False, model="calibrate", **_):
+    out = train.run_dir(results_dir, model, algorithm, seed)
+    path = out / train.RESULT_NAME
+    if path.exists():
+      return json.loads(path.read_text())
+    if self.fail_at_call is not None and len(self.trained) == self.fail_at_call:
+      raise RuntimeError("killed")
+    self.trained.append((seed, lambda_gate))
+    big_l, big_g = 2.0 + seed, 4.0 / math.sqrt(1 + 3 * lambda_gate)  # the gate shuts as λ grows
+    steps = list(range(2, train_steps + 1, 2))
+    result = {"steps": train_steps, "status": "done", "lambda_gate": lambda_gate,
+              "curves": {"train": {
+                  "step": steps, "output_loss": [big_l / 2] * len(steps),
+                  "hint_loss": [big_l / 2] * len(steps), "gate_term": [big_g] * len(steps),
+                  "gate_penalty": [lambda_gate * big_g] * len(steps)},
+                  "val": {"step": [train_steps], "hidden_norm": [0.1]}}}
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    if save_final_state:
+      (out / train.FINAL_STATE_NAME).write_bytes(b"state")
+    return result
+
+
+SETTINGS = dict(algorithm="bfs", train_steps=1000, batch_size=32, hidden_size=128,
+                learning_rate=1.5e-3, grad_clip_max_norm=1.0, schedule_steps=1000,
+                train_lengths=[4, 7, 11, 13, 16], processor="triplet_gmpnn",
+                nb_triplet_fts=8, gate_mlp_layers=2, gate_bias_init=0.0)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+  config.parse_gin([], [])
+  fake = FakeTraining()
+  monkeypatch.setattr(train, "run_experiment", fake)
+  monkeypatch.setattr(train, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
+  return fake
+
+
+def test_schedule_reading_makes_the_penalty_half_at_the_switch(tmp_path, fake):
+  h = calibrate.LambdaHeuristic(seeds=(0, 1, 2))
+  record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  assert [s for s, _ in fake.trained] == [0, 1, 2]
+  assert all(lam == 0.0 for _, lam in fake.trained)  # λ = 0 runs only: no search
+  lambdas = [s["lambda"] for s in record["seeds"]]
+  assert lambdas == [s["at_lambda0"]["L"] / s["at_lambda0"]["G"] for s in record["seeds"]]
+  assert record["lambda"] == sorted(lambdas)[1]  # the median
+  # By construction: the median seed's penalty is exactly half of its loss.
+  assert record["seeds"][1]["share_at_switch"] == pytest.approx(0.5)
+  assert (record["calibration_step"], record["window_steps"]) == (600, 50)
+  path = calibrate.record_path(tmp_path, "schedule", "bfs")
+  assert json.loads(path.read_text()) == record
+  lam, info = calibrate.load_lambda(tmp_path, "bfs", h, dict(SETTINGS))
+  assert lam == record["lambda"] and info["source"] == "calibration record"
+  # A second call reads it back: nothing trained again.
+  calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  assert len(fake.trained) == 3
+
+
+def test_constant_reading_searches_and_records_every_trial(tmp_path, fake):
+  h = calibrate.LambdaHeuristic(reading="constant", seeds=(0,))
+  record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  seed = record["seeds"][0]
+  assert seed["in_band"] and record["status"] == "done"
+  assert 0.4 <= seed["share_reached"] <= 0.6
+  assert [t["lambda"] for t in seed["trials"]] == [lam for _, lam in fake.trained[1:]]
+  for t in seed["trials"]:
+    assert {"lambda", "L", "G", "P", "share", "gate_norm", "steps", "run_dir"} <= set(t)
+  assert record["lambda"] == seed["lambda"] == seed["trials"][-1]["lambda"]
+
+
+def test_constant_search_resumes_where_it_was_killed(tmp_path, fake, monkeypatch):
+  h = calibrate.LambdaHeuristic(reading="constant", seeds=(0,))
+  killed = FakeTraining(fail_at_call=3)  # λ = 0 run, trials 0 and 1, then killed
+  monkeypatch.setattr(train, "run_experiment", killed)
+  with pytest.raises(RuntimeError, match="killed"):
+    calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  assert not calibrate.record_path(tmp_path, "constant", "bfs").exists()
+  resumed = FakeTraining()
+  monkeypatch.setattr(train, "run_experiment", resumed)
+  record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  # Only the trials not finished before the kill are trained.
+  assert resumed.trained == [(0, t["lambda"]) for t in record["seeds"][0]["trials"][2:]]
+  fresh = tmp_path / "fresh"
+  monkeypatch.setattr(train, "run_experiment", FakeTraining())
+  assert calibrate.calibrate_algorithm("bfs", fresh, h)["lambda"] == record["lambda"]
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"schema": "other"}'])
+def test_a_corrupt_record_is_a_clear_error_and_is_not_overwritten(tmp_path, fake, content):
+  path = calibrate.record_path(tmp_path, "schedule", "bfs")
+  path.parent.mkdir(parents=True)
+  path.write_text(content)
+  with pytest.raises(calibrate.CalibrationError, match=str(path)):
+    calibrate.calibrate_algorithm("bfs", tmp_path, calibrate.LambdaHeuristic())
+  with pytest.raises(calibrate.CalibrationError, match="move it aside"):
+    calibrate.load_lambda(tmp_path, "bfs", calibrate.LambdaHeuristic(), dict(SETTINGS))
+  assert path.read_text() == content and not fake.trained
+
+
+def test_a_record_made_with_other_settings_is_refused(tmp_path, fake):
+  h = calibrate.LambdaHeuristic(seeds=(0,))
+  calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  with pytest.raises(calibrate.CalibrationError, match="hidden_size: record 128 vs run 64"):
+    calibrate.load_lambda(tmp_path, "bfs", h, dict(SETTINGS, hidden_size=64))
+  with pytest.raises(calibrate.CalibrationError, match="calibration_seeds"):
+    calibrate.load_lambda(tmp_path, "bfs", calibrate.LambdaHeuristic(seeds=(0, 1)),
+                          dict(SETTINGS))
+
+
+def test_cli_results_naming_a_file_is_a_clear_error(tmp_path, capsys):
+  afile = tmp_path / "results.txt"
+  afile.write_text("x")
+  assert calibrate.main(["--show", "--results", str(afile)]) == 2
+  assert "is a file, not a results folder" in capsys.readouterr().err
+
+
+# -- the real thing, tiny: G-ForgetNet reads λ from the record -------------------------
+
+
+def _calibrated(tmp_path, reading="schedule"):
+  config.parse_gin([], ["LambdaHeuristic.seeds = [0]", f"LambdaHeuristic.reading = '{reading}'",
+                        "LambdaHeuristic.max_trials = 2"])
+  kwargs = dict(TINY, train_steps=STEPS, model="gforget")
+  record = calibrate.calibrate_algorithm("insertion_sort", tmp_path, **{
+      k: v for k, v in kwargs.items() if k not in ("model", "train_steps")},
+      schedule_steps=STEPS)
+  return record, kwargs
+
+
+def test_schedule_reading_end_to_end(tmp_path, cache):
+  """No penalty before the switch, then λ from the record; continuing from the
+  λ = 0 calibration run is the same training as starting from scratch."""
+  record, kwargs = _calibrated(tmp_path)
+  res = train.run_experiment(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
+                             **kwargs)
+  switch = record["calibration_step"]
+  assert switch == 12 and res["penalty_start_step"] == switch
+  assert res["lambda_gate"] == record["lambda"] > 0
+  info = res["lambda_calibration"]
+  assert info["source"] == "calibration record" and info["reading"] == "schedule"
+  assert info["continued_from"].endswith(train.FINAL_STATE_NAME)
+  tr = res["curves"]["train"]
+  before = [p for s, p in zip(tr["step"], tr["gate_penalty"]) if s <= switch]
+  after = [p for s, p in zip(tr["step"], tr["gate_penalty"]) if s > switch]
+  assert before and all(p == 0.0 for p in before)
+  assert after and all(p > 0 for p in after)
+  # From scratch (no reuse of the calibration's state): the same run.
+  config.parse_gin([], ["LambdaHeuristic.seeds = [0]",
+                        "LambdaHeuristic.reuse_calibration_prefix = False"])
+  other = tmp_path / "scratch"
+  rec_path = calibrate.record_path(other, "schedule", "insertion_sort")
+  rec_path.parent.mkdir(parents=True)
+  rec_path.write_text(json.dumps(record))
+  scratch = train.run_experiment(algorithm="insertion_sort", seed=0, results_dir=str(other),
+                                 **kwargs)
+  assert "continued_from" not in scratch["lambda_calibration"]
+  np.testing.assert_allclose(scratch["curves"]["train"]["loss"], tr["loss"], rtol=1e-5)
+  assert scratch["test_score"] == pytest.approx(res["test_score"], abs=1e-6)
+
+
+def test_constant_reading_end_to_end(tmp_path, cache):
+  record, kwargs = _calibrated(tmp_path, "constant")
+  seed = record["seeds"][0]
+  assert 1 <= len(seed["trials"]) <= 2 and record["status"] in ("done", "closest")
+  for t in seed["trials"]:
+    assert pathlib.Path(t["run_dir"], train.RESULT_NAME).exists()
+  config.parse_gin([], ["LambdaHeuristic.seeds = [0]", "LambdaHeuristic.reading = 'constant'",
+                        "LambdaHeuristic.max_trials = 2"])
+  res = train.run_experiment(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
+                             **dict(kwargs, model="gforget_constant"))
+  assert res["penalty_start_step"] == 0 and res["lambda_gate"] == record["lambda"]
+  assert res["lambda_calibration"]["reading"] == "constant"
+  assert all(p > 0 for p in res["curves"]["train"]["gate_penalty"])
