@@ -134,7 +134,7 @@ def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
   assert train.evaluate_split(net, other, test, 0, SAMPLES, with_hints=False,
                               max_samples=SAMPLES)["score"] != expected["score"]
   # The loaded net is the saved one: same config, same parameter tree.
-  loaded_net, _ = evaluate.build_model(ALGORITHM, dataclasses.asdict(net.config), None)
+  loaded_net = evaluate.build_model([ALGORITHM], dataclasses.asdict(net.config))
   assert loaded_net.config == net.config
 
 
@@ -177,3 +177,33 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
   assert meta["algorithm"] == ALGORITHM and meta["seed"] == 0
   out = evaluate.evaluate_run(run_dir, split="test", max_samples=8)
   assert out["scores"][0]["score"] == result["test_score"]
+
+
+def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_dir):
+  """Saved with meta['algorithms'] (the algorithm_index order) and nb_dims per algorithm."""
+  from nar_markov import data
+  from nar_markov import evaluate
+  from nar_markov import model as model_lib
+  from nar_markov import train
+
+  algorithms = [ALGORITHM, "minimum"]
+  vals = [data.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]
+  nb_dims = [model_lib.nb_dims_of(v) for v in vals]
+  config = model_lib.NetConfig(hidden_size=8, nb_triplet_fts=4, history="none")
+  net = train.Model([data.get_spec(a) for a in algorithms], nb_dims, config,
+                    train.make_optimizer(1e-3, 10, 1.0))
+  params, _ = net.init_state(
+      1, [next(iter(data.eval_batches(v, 8)))[0].features for v in vals])
+  run_dir = tmp_path / "forget_multitask" / ALGORITHM / "seed1"
+  params_io.save_params(run_dir / "params.npz", params, dataclasses.asdict(config),
+                        {"algorithm": ALGORITHM, "algorithms": algorithms, "nb_dims": nb_dims,
+                         "model": "forget_multitask", "seed": 1})
+  test = data.load_split("minimum", "test", cache_dir=str(data_cache_dir))
+  expected = train.evaluate_split(net, params, test, 1, SAMPLES, with_hints=False,
+                                  max_samples=SAMPLES)
+  out = evaluate.evaluate_run(run_dir, algorithm="minimum", max_samples=SAMPLES,
+                              batch_size=SAMPLES, log=lambda *_: None)
+  assert out["algorithms"] == algorithms and out["algorithm"] == "minimum"
+  assert out["scores"][0]["score"] == expected["score"]
+  with pytest.raises(ValueError, match="not 'dfs'"):
+    evaluate.evaluate_run(run_dir, algorithm="dfs", max_samples=SAMPLES)
