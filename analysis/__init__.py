@@ -15,6 +15,7 @@ from analysis.categories import (
   DISPLAY_NAMES,
   PAPER_ORDER,
 )
+from analysis.labels import is_calibration, model_label, paper_model
 from analysis.paper import load_paper_results, PAPER_TABLE
 from analysis.report import reproduction_frame, reproduction_markdown
 from analysis.results import aggregate, load_results, load_runs, to_long, validate
@@ -26,6 +27,9 @@ __all__ = [
   "CATEGORY_ALGORITHMS",
   "DISPLAY_NAMES",
   "PAPER_ORDER",
+  "is_calibration",
+  "model_label",
+  "paper_model",
   "load_paper_results",
   "PAPER_TABLE",
   "reproduction_frame",

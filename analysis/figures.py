@@ -1,15 +1,21 @@
 """Training-dynamics figures of the paper, from the `curves` of result JSON files.
 
-  <alg>_train_loss      total training loss over steps, one line per model: mean over seeds,
-                        band ± std (paper Fig. 5 left / Fig. 10a), lightly smoothed as there.
+  <alg>_train_loss      total training loss over steps (curves.train), one line per model
+                        label: mean over seeds with a ± std band and each seed as a thin
+                        line (paper Fig. 5 left / Fig. 10a), lightly smoothed as there.
   <alg>_hint_step_loss  training hint loss per execution step t at a few checkpoints (early,
                         middle, last logged entry of curves.hint_step_loss; paper Fig. 10b).
   <alg>_hidden_norm     ||h(t-1)||/sqrt(d) on validation (gated: ||g*h||/sqrt(d)) over
-                        training (curves.val.hidden_norm; paper Figs. 5 right, 7, 8).
-Each is written as PNG and PDF. Seeds are put on a common step grid by linear interpolation
-(runs that stopped early, e.g. diverged, only cover their own range).
+                        training (curves.val.hidden_norm; paper Figs. 5 right, 7, 8): the
+                        evidence for lambda, e.g. gforget vs gforget_constant vs baseline.
+Every model label found gets a line (labels.sort_models order; the lambda calibration runs are
+left out by make_tables): a paper model in its colour, a variant of it (gforget_constant) in
+the same colour dashed, a multi-task model dotted. Each figure is written as PNG and PDF. Seeds
+are put on a common step grid by linear interpolation (runs that stopped early, e.g. diverged,
+only cover their own range).
 """
 
+import itertools
 import pathlib
 import warnings
 
@@ -20,15 +26,41 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis import categories  # noqa: E402
-from analysis import tables  # noqa: E402
+from analysis import labels  # noqa: E402
 
-FIGURE_MODELS = ("baseline", "forget", "gforget", "gforget_nopenalty")
+FIGURE_MODELS = None  # None: every model label of the runs
 COLORS = {
   "baseline": "tab:blue",
   "forget": "tab:orange",
   "gforget": "tab:green",
   "gforget_nopenalty": "tab:purple",
 }
+_OTHER_COLORS = ("tab:red", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
+
+
+def styles(models):
+  """{label: (colour, linestyle)}: the family's colour (labels.split_label), '-' for the
+  paper's label, '--' for a variant, ':' multi-task, '-.' a multi-task variant; labels of no
+  known family (and variants beyond the first of a family) get the colours left over."""
+  spare = itertools.cycle(_OTHER_COLORS)
+  out, used = {}, set()
+  for label in labels.sort_models(models):
+    family, variant, multitask = labels.split_label(label)
+    style = {(False, False): "-", (True, False): "--", (False, True): ":", (True, True): "-."}[
+      (bool(variant), multitask)
+    ]
+    color = COLORS.get(family)
+    if color is None or (color, style) in used:
+      color = next(spare)
+    used.add((color, style))
+    out[label] = (color, style)
+  return out
+
+
+def display(label):
+  return labels.model_label(label) + (", multi-task" if labels.split_label(label)[2] else "")
+
+
 CHECKPOINT_FRACTIONS = (0.1, 0.5, 1.0)
 
 
@@ -77,26 +109,37 @@ def band(series_list):
   return grid, mean, np.nan_to_num(std)
 
 
-def _runs_by_model(runs, algorithm, models):
+def _runs_by_model(runs, algorithm, models=None):
+  """{label: runs of `algorithm`} in labels.sort_models order; models=None: all labels."""
   by_model = {}
   for r in runs:
-    if r["algorithm"] == algorithm and r["model"] in models:
+    if r["algorithm"] == algorithm and (models is None or r["model"] in models):
       by_model.setdefault(r["model"], []).append(r)
-  return {m: by_model[m] for m in models if m in by_model}
+  return {m: by_model[m] for m in labels.sort_models(by_model)}
+
+
+def _seeds(n):
+  return f"{n} seed" + ("" if n == 1 else "s")
 
 
 def _curve_plot(ax, by_model, group, key, *, smooth_frac=0.0, log=False):
   plotted = False
+  style = styles(by_model)
   for model, runs in by_model.items():
     series = [s for s in (_series(r, group, key) for r in runs) if s is not None]
     if not series:
       continue
+    color, linestyle = style[model]
     grid, mean, std = band(series)
     window = max(1, int(round(smooth_frac * len(grid))))
     mean, std = smooth(mean, window), smooth(std, window)
-    label = f"{tables.MODEL_LABELS[model]} ({len(series)} seeds)"
-    ax.plot(grid, mean, color=COLORS.get(model), label=label)
-    ax.fill_between(grid, mean - std, mean + std, color=COLORS.get(model), alpha=0.2, linewidth=0)
+    if len(series) > 1:
+      for steps, values in series:  # each seed, thin: a band can hide one odd seed
+        w = max(1, int(round(smooth_frac * len(steps))))
+        ax.plot(steps, smooth(values, w), color=color, linestyle=linestyle, alpha=0.3, lw=0.6)
+    label = f"{display(model)} ({_seeds(len(series))})"
+    ax.plot(grid, mean, color=color, linestyle=linestyle, label=label)
+    ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.15, linewidth=0)
     plotted = True
   if plotted and log:
     ax.set_yscale("log")
@@ -176,6 +219,7 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
   checkpoints = sorted({longest[int(round(f * (len(longest) - 1)))] for f in CHECKPOINT_FRACTIONS})
   n = len(checkpoints)
   fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.2), sharey=True, squeeze=False)
+  style = styles(entries)
   for ax, step in zip(axes[0], checkpoints):
     for model, model_entries in entries.items():
       curves = [losses[steps.index(step)] for steps, losses in model_entries if step in steps]
@@ -193,14 +237,15 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
         mean,
         marker="o",
         markersize=3,
-        color=COLORS.get(model),
-        label=f"{tables.MODEL_LABELS[model]} ({len(curves)} seeds)",
+        color=style[model][0],
+        linestyle=style[model][1],
+        label=f"{display(model)} ({_seeds(len(curves))})",
       )
       ax.fill_between(
         t,
         mean - np.nan_to_num(std),
         mean + np.nan_to_num(std),
-        color=COLORS.get(model),
+        color=style[model][0],
         alpha=0.2,
         linewidth=0,
       )
@@ -215,7 +260,8 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
 def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):
   """All three figures for each algorithm; returns the written paths.
 
-  An algorithm without curves for any model gets no figure and a printed note.
+  models: the labels to draw (None: every label in `runs`). An algorithm without curves for
+  any model gets no figure and a printed note.
   """
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -232,4 +278,4 @@ def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):
   return written
 
 
-__all__ = ["make_figures", "band", "smooth"]
+__all__ = ["make_figures", "band", "smooth", "styles"]

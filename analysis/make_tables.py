@@ -4,8 +4,10 @@
         [--figures floyd_warshall,activity_selector] [--expected-seeds 10]
 
 Reads every **/result.json under --results (schema nar_markov.result/1), reports corrupt or
-partial files by path and leaves them out, and writes into --out:
+partial files by path and leaves them out, sets the lambda calibration runs apart (not
+results), and replaces --out as a whole (a fresh folder next to it takes its place) with:
   three_models.tex      Table 1 (tab:three_model_comparison): baseline / ForgetNet / G-ForgetNet
+                        (+ one column per variant label such as gforget_constant)
   summary.tex           Table 2 (tab:main_comparison): category and overall averages, counts
   penalty_ablation.tex  Table 7 (tab:penalty_ablate), when gforget_nopenalty results exist
   multitask.tex         Table 8 (tab:multi_table), when *_multitask results exist
@@ -13,7 +15,9 @@ partial files by path and leaves them out, and writes into --out:
   results_long.csv      every run, long format: model, algorithm, seed, metric, value
   seeds.csv             per model and algorithm: mean_pct, std_pct, n_seeds, n_runs,
                         n_diverged, seeds, steps, train_steps
+  lambdas.csv           per gated run: lambda_gate, lambda_reading, lambda_calibration
   reproduction.csv/.md  ours vs the paper per cell: Δ, within ±2σ, seeds, steps
+  comparison.md         ours next to the paper, one row per algorithm with results
   figures/<alg>_{train_loss,hint_step_loss,hidden_norm}.{png,pdf}   with --figures
 --paper prints the paper's mean next to ours in every cell of Tables 1, 7, 8 and adds the
 paper's columns (literature baselines included) to Table 2. Works when run by path from any
@@ -23,13 +27,16 @@ directory and as a module (`from analysis import make_tables; make_tables.make_a
 import argparse
 import os
 import pathlib
+import shutil
 import sys
+import tempfile
 import warnings
 
 if __package__ in (None, ""):  # run by path: make `analysis` importable from the repo root
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from analysis import categories  # noqa: E402
+from analysis import labels  # noqa: E402
 from analysis import paper as paper_lib  # noqa: E402
 from analysis import report  # noqa: E402
 from analysis import results as results_lib  # noqa: E402
@@ -41,6 +48,9 @@ TABLE_FILES = {
   "penalty_ablate": "penalty_ablation.tex",
   "multi_table": "multitask.tex",
 }
+# Written into every output folder: a folder with it (or, from before it existed, with
+# tables.tex and seeds.csv) is ours to replace; any other non-empty folder is refused.
+MARKER = ".made-by-make_tables"
 
 
 def _write(path, text, written):
@@ -48,16 +58,80 @@ def _write(path, text, written):
   written.append(path)
 
 
+def check_out_dir(out_dir, results_dir):
+  """ValueError unless `out_dir` may be replaced as a whole by make_all."""
+  out = pathlib.Path(out_dir).resolve()
+  results = pathlib.Path(results_dir).resolve()
+  if out == results or out in results.parents:
+    raise ValueError(f"--out {out_dir} holds --results {results_dir}; refusing to replace it")
+  if out.exists():
+    if not out.is_dir():
+      raise ValueError(f"--out {out_dir} exists and is not a directory")
+    ours = (out / MARKER).exists() or (
+      (out / "tables.tex").exists() and (out / "seeds.csv").exists()
+    )
+    if not ours and any(out.iterdir()):
+      raise ValueError(
+        f"--out {out_dir} is a non-empty directory that make_tables did not write; "
+        "refusing to replace it"
+      )
+
+
+def replace_dir(new, out):
+  """Put the folder `new` in place of `out`: the old `out` is renamed aside first and only
+  removed once `new` is in place (put back if that fails)."""
+  if not out.exists():
+    os.rename(new, out)
+    return
+  old = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+  os.rmdir(old)  # a free name next to `out`, on the same file system
+  os.rename(out, old)
+  try:
+    os.rename(new, out)
+  except BaseException:
+    os.rename(old, out)
+    raise
+  shutil.rmtree(old, ignore_errors=True)
+
+
 def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=None, log=print):
-  """Everything of the module docstring; returns the list of written paths."""
+  """Everything of the module docstring; returns the list of written paths.
+
+  The files are written into a fresh folder next to `out_dir`, which then replaces `out_dir`
+  as a whole: no file of an earlier run survives, and a failure leaves `out_dir` as it was.
+  figures: algorithm names, or "all" (those with results).
+  """
   out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
+  check_out_dir(out, results_dir)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
+  try:
+    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the tables from a shared group
+    written, messages = _make_all_into(
+      tmp, results_dir, figures=figures, paper=paper, expected_seeds=expected_seeds, log=log
+    )
+    (tmp / MARKER).write_text("analysis/make_tables.py output; replaced as a whole\n")
+    replace_dir(tmp, out)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  for m in messages:
+    log(m)
+  log(f"wrote {len(written)} files to {out}")
+  return [out / p.relative_to(tmp) for p in written]
+
+
+def _make_all_into(out, results_dir, *, figures, paper, expected_seeds, log):
+  """make_all's files, written into the (fresh) folder `out`; (paths, closing messages)."""
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", results_lib.ResultWarning)  # logged below instead
-    runs, problems = results_lib.load_runs(results_dir)
-  n_files = len(runs) + len(problems)
+    all_runs, problems = results_lib.load_runs(results_dir)
+  n_files = len(all_runs) + len(problems)
   for p in problems:
     log(f"warning: left out {os.path.join(results_dir, p)}")  # p: 'path: reason'
+  runs, calibration = results_lib.split_calibration(all_runs)
+  if calibration:
+    log(f"{len(calibration)} lambda calibration runs: not results, left out of the tables")
   long = results_lib.to_long(runs)
   agg = results_lib.aggregate(long)
   paper_df = paper_lib.load_paper_results()
@@ -66,16 +140,22 @@ def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=No
   written.append(out / "results_long.csv")
   tables.seeds_frame(agg).to_csv(out / "seeds.csv", index=False, float_format="%.4f")
   written.append(out / "seeds.csv")
+  lambdas = results_lib.lambda_frame(runs)
+  if len(lambdas):
+    lambdas.to_csv(out / "lambdas.csv", index=False, float_format="%.6g")
+    written.append(out / "lambdas.csv")
 
   shown_paper = paper_df if paper else None
+  found = list(agg["model"].unique())
   present = lambda models: tables.models_present(agg, models)  # noqa: E731
+  three = tables.table_models(found, tables.THREE_MODELS, unmatched=True)
   made = []
-  if present(tables.THREE_MODELS):
+  if present(three):
     _write(
       out / TABLE_FILES["three_model_comparison"],
       tables.comparison_table(
         agg,
-        list(tables.THREE_MODELS),
+        three,
         label="three_model_comparison",
         highlight_vs="baseline",
         paper=shown_paper,
@@ -85,18 +165,19 @@ def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=No
     )
     _write(
       out / TABLE_FILES["main_comparison"],
-      tables.summary_table(agg, present(tables.THREE_MODELS), paper=shown_paper),
+      tables.summary_table(agg, present(three), paper=shown_paper),
       written,
     )
     made += ["three_model_comparison", "main_comparison"]
   else:
     log("skipped three_models.tex and summary.tex: no baseline/forget/gforget results")
-  if present(["gforget_nopenalty"]):
+  penalty = tables.table_models(found, tables.PENALTY_MODELS)
+  if present([m for m in penalty if labels.paper_model(m) == "gforget_nopenalty"]):
     _write(
       out / TABLE_FILES["penalty_ablate"],
       tables.comparison_table(
         agg,
-        list(tables.PENALTY_MODELS),
+        penalty,
         label="penalty_ablate",
         highlight_vs="baseline",
         paper=shown_paper,
@@ -107,12 +188,13 @@ def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=No
     made.append("penalty_ablate")
   else:
     log("skipped penalty_ablation.tex: no gforget_nopenalty results")
-  if present(tables.MULTITASK_MODELS):
+  multitask = tables.table_models(found, tables.MULTITASK_MODELS, unmatched=True)
+  if present(multitask):
     _write(
       out / TABLE_FILES["multi_table"],
       tables.comparison_table(
         agg,
-        list(tables.MULTITASK_MODELS),
+        multitask,
         label="multi_table",
         paper=shown_paper,
         expected_seeds=expected_seeds,
@@ -127,29 +209,39 @@ def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=No
   frame = report.reproduction_frame(agg, paper_df)
   frame.to_csv(out / "reproduction.csv", index=False, float_format="%.4f")
   written.append(out / "reproduction.csv")
-  skipped = sorted(set(agg["model"]) - set(paper_lib.PAPER_TABLE))
+  skipped = [m for m in labels.sort_models(agg["model"]) if labels.paper_model(m) is None]
   _write(
     out / "reproduction.md",
     report.reproduction_markdown(
-      frame, n_files=n_files, problems=problems, agg=agg, skipped_models=skipped
+      frame,
+      n_files=n_files,
+      problems=problems,
+      agg=agg,
+      skipped_models=skipped,
+      n_calibration=len(calibration),
+      lambdas=lambdas,
     ),
     written,
   )
 
   _write(out / "comparison.md", report.comparison_markdown(frame), written)
 
+  if figures == "all":
+    figures = [a for a in categories.PAPER_ORDER if a in {r["algorithm"] for r in runs}]
   if figures:
     from analysis import figures as figures_lib  # matplotlib only when asked for
 
     written += figures_lib.make_figures(runs, figures, out / "figures")
 
   n_diverged = int(agg["n_diverged"].sum()) if len(agg) else 0
-  log(
+  n_unscored = int((agg["n_runs"] - agg["n_seeds"]).sum()) if len(agg) else 0
+  messages = [
     f"{len(runs)} runs from {n_files} result.json files ({len(problems)} left out); "
-    f"{n_diverged} diverged runs (counted with their test score where they have one)"
-  )
-  log(f"wrote {len(written)} files to {out}")
-  return written
+    f"{n_diverged} diverged runs (counted with their test score where they have one"
+    + (f"; {n_unscored} without one" if n_unscored else "")
+    + ")"
+  ]
+  return written, messages
 
 
 def parse_algorithms(text, runs_algorithms=()):
@@ -185,20 +277,17 @@ def main(argv=None):
   if not pathlib.Path(args.results).is_dir():
     parser.error(f"--results {args.results!r} is not a directory")
   figures = []
-  if args.figures:
+  if args.figures == "all":
+    figures = "all"
+  elif args.figures:
     try:
-      algorithms = (
-        {
-          p.parts[-3]
-          for p in pathlib.Path(args.results).glob("**/result.json")
-          if len(p.parts) >= 3
-        }
-        if args.figures == "all"
-        else ()
-      )
-      figures = parse_algorithms(args.figures, algorithms)
+      figures = parse_algorithms(args.figures)
     except ValueError as e:
       parser.error(str(e))
+  try:
+    check_out_dir(args.out, args.results)
+  except ValueError as e:
+    parser.error(str(e))
   make_all(
     args.results,
     args.out,

@@ -1,10 +1,11 @@
 """Reproduction report: ours vs the paper, per model and algorithm (CSV + Markdown).
 
-For each of our models that the paper reports (analysis.paper.PAPER_TABLE) and each of the 30
-algorithms: our mean ± std (percent, ddof=1), the paper's, Δ = ours − paper, whether ours lies
-within the paper's mean ± 2σ (σ: the paper's std over its 10 seeds), and the seeds, diverged
-runs and training steps (`steps` trained / `train_steps` configured, from the JSON) behind our
-number.
+For each of our model labels and each of the 30 algorithms: our mean ± std (percent, ddof=1),
+the paper's for the model the label is compared with (labels.paper_model: gforget_constant ->
+the paper's G-ForgetNet; none for a label of no known family), Δ = ours − paper, whether ours
+lies within the paper's mean ± 2σ (σ: the paper's std over its 10 seeds), and the seeds,
+diverged runs and training steps (`steps` trained / `train_steps` configured, from the JSON)
+behind our number. The lambda calibration runs are not results and are not reported here.
 """
 
 import math
@@ -13,12 +14,14 @@ import numpy as np
 import pandas as pd
 
 from analysis import categories
+from analysis import labels
 from analysis import paper as paper_lib
 from analysis import results as results_lib
 from analysis import tables
 
 COLUMNS = [
   "model",
+  "paper_model",
   "algorithm",
   "paper_table",
   "ours_mean_pct",
@@ -36,14 +39,14 @@ COLUMNS = [
 
 
 def reproduction_frame(agg, paper):
-  """One row per (model with a paper counterpart present in agg, algorithm of CLRS-30)."""
-  models = [
-    m for m in tables.MODEL_LABELS if m in paper_lib.PAPER_TABLE and (agg["model"] == m).any()
-  ]
+  """One row per (model label in agg, algorithm of CLRS-30), calibration runs excepted;
+  paper columns empty for a label with no paper counterpart."""
+  models = [m for m in labels.sort_models(agg["model"]) if m != labels.CALIBRATION_MODEL]
   rows = []
   for model in models:
     ours = tables._cells(agg, model)
-    theirs = paper_lib.paper_cells(paper, model)
+    theirs = tables._paper_cells(paper, model)
+    counterpart = labels.paper_model(model)
     for algorithm in categories.PAPER_ORDER:
       s = ours.get(algorithm)
       p_mean, p_std = theirs.get(algorithm, (np.nan, np.nan))
@@ -52,8 +55,9 @@ def reproduction_frame(agg, paper):
       rows.append(
         {
           "model": model,
+          "paper_model": counterpart or "",
           "algorithm": algorithm,
-          "paper_table": paper_lib.PAPER_TABLE[model],
+          "paper_table": paper_lib.PAPER_TABLE[counterpart] if counterpart else "",
           "ours_mean_pct": mean,
           "ours_std_pct": s.std_pct if s is not None else np.nan,
           "n_seeds": s.n_seeds if s is not None else 0,
@@ -78,23 +82,66 @@ def _pm(mean, std):
   return f"{mean:.2f}" + (f" ± {std:.2f}" if tables._finite(std) else "")
 
 
-def reproduction_markdown(frame, *, n_files, problems, agg, skipped_models=()):
-  """The report as Markdown: a header with what was loaded, one table per model."""
-  n_runs = int(agg["n_runs"].sum()) if len(agg) else 0
+def _diverged_line(agg):
   n_diverged = int(agg["n_diverged"].sum()) if len(agg) else 0
   n_unscored = int((agg["n_runs"] - agg["n_seeds"]).sum()) if len(agg) else 0
+  text = f"- Diverged runs (a non-finite training loss): {n_diverged}"
+  if n_diverged:
+    text += (
+      "; counted in mean/std with the test score of their best-validation parameters"
+      f" (as dm-clrs run.py, which drops no seed); {n_unscored} without a test score left out"
+    )
+  return text + "."
+
+
+def _lambda_lines(lambdas):
+  """Markdown lines on lambda per model label x algorithm (runs with a gate only)."""
+  if lambdas is None or not len(lambdas):
+    return []
+  lines = [
+    "",
+    "## λ (gate penalty weight) of the gated runs",
+    "",
+    "| Model | Algorithm | λ | reading | calibration | seeds |",
+    "|---|---|---|---|---|---|",
+  ]
+  for (model, algorithm), g in lambdas.groupby(["model", "algorithm"], sort=False):
+    values = sorted({float(x) for x in g["lambda_gate"].dropna()})
+    readings = sorted({x for x in g["lambda_reading"] if x})
+    calibrations = sorted({x for x in g["lambda_calibration"] if x})
+    lines.append(
+      f"| `{model}` | {categories.plain_name(algorithm)} | "
+      + (", ".join(f"{v:.4g}" for v in values) or tables.MISSING)
+      + f" | {', '.join(readings)} | "
+      + "; ".join(f"`{c}`" for c in calibrations)
+      + f" | {len(g)} |"
+    )
+  return lines
+
+
+def reproduction_markdown(
+  frame, *, n_files, problems, agg, skipped_models=(), n_calibration=0, lambdas=None
+):
+  """The report as Markdown: a header with what was loaded, one table per model label,
+  the lambda of the gated runs (a lambda_frame), the files left out."""
+  n_runs = int(agg["n_runs"].sum()) if len(agg) else 0
   lines = [
     "# Reproduction report: ours vs Bohde et al. (ICLR 2024)",
     "",
     f"- result.json files found: {n_files}; runs used: {n_runs}; "
     f"files left out (corrupt/partial, listed at the end): {len(problems)}.",
-    f"- Diverged runs: {n_diverged}; counted with their test score, "
-    f"{n_unscored} without a score left out of mean/std.",
+    _diverged_line(agg),
     f"- Ours: mean ± sample std (ddof={results_lib.STD_DDOF}) over seeds, in percent. "
     'Δ = ours − paper. "±2σ": |Δ| ≤ 2 × the paper\'s std.',
     "- steps: trained steps (`steps`), train_steps: configured (`train_steps`); "
     '"a-b" when seeds differ.',
   ]
+  if n_calibration:
+    lines.append(
+      f"- Lambda calibration runs (model `{labels.CALIBRATION_MODEL}`, "
+      "results/calibrate or results/_calibration): "
+      f"{n_calibration}, not results: in no table."
+    )
   if skipped_models:
     lines.append(
       "- No paper counterpart, not compared: " + ", ".join(f"`{m}`" for m in skipped_models) + "."
@@ -103,13 +150,24 @@ def reproduction_markdown(frame, *, n_files, problems, agg, skipped_models=()):
     have = g[g["n_seeds"] > 0]
     within = int(have["within_2sigma"].fillna(False).sum())
     mean_delta = have["delta_pct"].mean()
-    title = tables.MODEL_LABELS[model] + (", multi-task" if "multitask" in model else "")
+    title = _title(model)
+    counterpart = g["paper_model"].iloc[0]
+    if not counterpart:
+      paper_text = "none"
+    elif counterpart == model:
+      paper_text = f"tab:{g['paper_table'].iloc[0]}"
+    else:
+      paper_text = f"{_title(counterpart)}, tab:{g['paper_table'].iloc[0]}"
+    summary = f"{len(have)}/{len(g)} algorithms with results"
+    if counterpart:
+      summary += f"; {within}/{len(have)} within the paper's ±2σ" + (
+        f"; mean Δ {mean_delta:+.2f}" if len(have) else ""
+      )
     lines += [
       "",
-      f"## {title} (`{model}`; paper: tab:{g['paper_table'].iloc[0]})",
+      f"## {title} (`{model}`; paper: {paper_text})",
       "",
-      f"{len(have)}/{len(g)} algorithms with results; {within}/{len(have)} within "
-      "the paper's ±2σ" + (f"; mean Δ {mean_delta:+.2f}" if len(have) else "") + ".",
+      summary + ".",
       "",
       "| Algorithm | Ours | Paper | Δ | ±2σ | seeds | diverged | steps | train_steps |",
       "|---|---|---|---|---|---|---|---|---|",
@@ -123,9 +181,14 @@ def reproduction_markdown(frame, *, n_files, problems, agg, skipped_models=()):
         f"{_pm(r.paper_mean_pct, r.paper_std_pct)} | {delta} | {within_text} | "
         f"{r.n_seeds} | {r.n_diverged} | {r.steps} | {r.train_steps} |"
       )
+  lines += _lambda_lines(lambdas)
   lines += ["", "## Files left out", ""]
   lines += [("- `%s`: %s" % tuple(p.split(": ", 1))) for p in problems] or ["none"]
   return "\n".join(lines) + "\n"
+
+
+def _title(model):
+  return labels.model_label(model) + (", multi-task" if labels.split_label(model)[2] else "")
 
 
 def comparison_markdown(frame):
@@ -137,8 +200,7 @@ def comparison_markdown(frame):
   models = list(dict.fromkeys(have["model"]))
   header = ["Algorithm"]
   for m in models:
-    label = tables.MODEL_LABELS[m] + (", multi-task" if "multitask" in m else "")
-    header += [f"{label} (ours)", "(paper)"]
+    header += [f"{_title(m)} (ours)", "(paper)"]
   header += ["seeds", "steps"]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for algorithm in categories.PAPER_ORDER:
@@ -155,4 +217,14 @@ def comparison_markdown(frame):
         steps.add(str(r.steps))
     cells += ["/".join(sorted(seeds)), "/".join(sorted(steps))]
     lines.append("| " + " | ".join(cells) + " |")
+  diverged = frame[frame["n_diverged"] > 0]
+  if len(diverged):
+    lines += [
+      "",
+      "Diverged runs (counted with the test score of their best-validation parameters): "
+      + ", ".join(
+        f"{r.model}/{r.algorithm} {r.n_diverged}" for r in diverged.itertuples()
+      )
+      + ".",
+    ]
   return "\n".join(lines) + "\n"

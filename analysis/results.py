@@ -13,6 +13,9 @@ Decisions (the tables' captions and reproduction.md repeat them):
   * std is the sample standard deviation over seeds (ddof=1, pandas' default); with one seed
     it is undefined (NaN) and tables print the mean alone.
   * Scores are fractions in [0, 1] in the JSON; aggregates are in percent (`*_pct`).
+  * Any model label is accepted (analysis.labels maps it to the paper's models). The lambda
+    calibration runs (labels.is_calibration) load like any run but are not results:
+    `split_calibration` sets them apart before anything is aggregated.
 """
 
 import json
@@ -24,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import categories
+from analysis import labels
 
 SCHEMA = "nar_markov.result/1"
 STD_DDOF = 1
@@ -39,6 +43,12 @@ _REQUIRED = {
   "test_score": (int, float, type(None)),
   "steps": (int,),
   "train_steps": (int,),
+}
+# Optional keys: their type is checked when present and not null (how lambda was obtained:
+# the reading of the paper's heuristic, and what the calibration measured).
+_OPTIONAL = {
+  "lambda_reading": (str,),
+  "lambda_calibration": (dict,),
 }
 # Optional scalars copied into the long DataFrame when numeric.
 _SCALAR_METRICS = ("val_best", "val_best_step", "wall_time_s", "steps_per_s", "lambda_gate")
@@ -58,6 +68,10 @@ def validate(result):
       problems.append(f"missing key {key!r}")
     elif isinstance(result[key], bool) or not isinstance(result[key], types):
       problems.append(f"{key!r} has type {type(result[key]).__name__}")
+  for key, types in _OPTIONAL.items():
+    value = result.get(key)
+    if value is not None and not isinstance(value, types):
+      problems.append(f"{key!r} has type {type(value).__name__}")
   if problems:
     return problems
   if result["schema"] != SCHEMA:
@@ -80,7 +94,9 @@ def load_runs(results_dir):
 
   Returns (runs, problems): runs are the parsed dicts plus a 'path' key (relative to
   results_dir, POSIX); problems is a list of 'relpath: reason' strings, also emitted as
-  ResultWarning. A duplicate (model, algorithm, seed) keeps the first path in sorted order.
+  ResultWarning. A duplicate (model, algorithm, seed) keeps the first path in sorted order;
+  lambda calibration runs (labels.is_calibration) are kept apart from that check (they are
+  not results, and each reading of the heuristic has its own).
   """
   root = pathlib.Path(results_dir)
   if not root.is_dir():
@@ -99,6 +115,8 @@ def load_runs(results_dir):
       problems.append(f"{rel}: " + "; ".join(reasons))
       continue
     key = (result["model"], result["algorithm"], result["seed"])
+    if labels.is_calibration(dict(result, path=rel)):
+      key = (rel,)
     if key in seen:
       problems.append(f"{rel}: duplicate of {seen[key]} (model, algorithm, seed) = {key}")
       continue
@@ -187,6 +205,44 @@ def aggregate(long, metric="test_score"):
       }
     )
   return pd.DataFrame(out, columns=columns)
+
+
+def split_calibration(runs):
+  """(result runs, lambda calibration runs): the latter never enter tables or figures."""
+  calibration = [r for r in runs if labels.is_calibration(r)]
+  return [r for r in runs if not labels.is_calibration(r)], calibration
+
+
+LAMBDA_COLUMNS = ["model", "algorithm", "seed", "lambda_gate", "lambda_reading", "lambda_calibration"]
+
+
+def lambda_frame(runs):
+  """One row per run that has a gate penalty weight or says how it got one: model,
+  algorithm, seed, lambda_gate, lambda_reading ('' if absent) and lambda_calibration (the
+  dict as compact JSON, '' if absent)."""
+  rows = []
+  for r in runs:
+    reading, calibration = r.get("lambda_reading"), r.get("lambda_calibration")
+    lam = _number(r.get("lambda_gate"))
+    if r.get("history") != "gated" and reading is None and calibration is None:
+      continue
+    rows.append(
+      {
+        "model": r["model"],
+        "algorithm": r["algorithm"],
+        "seed": r["seed"],
+        "lambda_gate": np.nan if lam is None else lam,
+        "lambda_reading": reading or "",
+        "lambda_calibration": (
+          json.dumps(calibration, sort_keys=True, separators=(",", ":")) if calibration else ""
+        ),
+      }
+    )
+  df = pd.DataFrame(rows, columns=LAMBDA_COLUMNS)
+  if len(df):
+    df["_m"] = df["model"].map(labels.model_sort_key)
+    df = df.sort_values(["_m", "algorithm", "seed"]).drop(columns="_m").reset_index(drop=True)
+  return df
 
 
 def load_results(results_dir):

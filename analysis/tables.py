@@ -9,6 +9,9 @@ Our additions, explained in each caption:
   `\\textsuperscript{\\light{[n]}}`  the mean is over n seeds, fewer than the N expected
   `—`                                no run for this cell
   `{\\light{\\scriptsize(98.40)}}`    (option paper=...) the paper's mean for the same cell
+Columns: the paper's models of each table, each followed by our variants of it
+(`table_models`: gforget_constant after gforget, headed "G-ForgetNet (constant)" and compared
+with the paper's G-ForgetNet).
 The tables need booktabs, colortbl, graphicx, xcolor and the paper's macro
 `\\definecolor{light}{rgb}{0.3, 0.3, 0.3}\\def\\light#1{{\\color{light}#1}}` (PREAMBLE).
 """
@@ -16,6 +19,7 @@ The tables need booktabs, colortbl, graphicx, xcolor and the paper's macro
 import math
 
 from analysis import categories
+from analysis import labels
 from analysis import paper as paper_lib
 
 PREAMBLE = (
@@ -25,22 +29,47 @@ PREAMBLE = (
 )
 MISSING = "—"
 HIGHLIGHT = "\\cellcolor{green!30!white} "
-MODEL_LABELS = {
-  "baseline": "Baseline",
-  "forget": "ForgetNet",
-  "gforget": "G-ForgetNet",
-  "gforget_nopenalty": "G-ForgetNet w/o penalty",
-  "calibrate": "G-ForgetNet (calibrate)",
-  "baseline_multitask": "Baseline",
-  "forget_multitask": "ForgetNet",
-  "memnet": "Memnet",
-  "mpnn": "MPNN",
-  "pgn": "PGN",
-  "triplet_gmpnn": "Triplet-GMPNN",
-}
+MODEL_LABELS = labels.MODEL_LABELS
 THREE_MODELS = ("baseline", "forget", "gforget")
 PENALTY_MODELS = ("baseline", "gforget_nopenalty", "gforget")
 MULTITASK_MODELS = ("baseline_multitask", "forget_multitask")
+_TEX_SPECIALS = {"_": "\\_", "&": "\\&", "%": "\\%", "#": "\\#", "$": "\\$"}
+
+
+def tex_escape(text):
+  return "".join(_TEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def header_name(label):
+  """A model label as a LaTeX column header (labels.model_label, escaped)."""
+  return tex_escape(labels.model_label(label))
+
+
+def table_models(present, models, *, unmatched=False):
+  """The columns of a table of the paper's `models`: each of them (present or not), each
+  followed by the labels in `present` that are variants of it (labels.paper_model), e.g.
+  gforget_constant after gforget. unmatched: also append the present labels with no paper
+  counterpart (single-task ones in a single-task table, *_multitask ones in a multi-task
+  table)."""
+  multitask = all(labels.split_label(m)[2] for m in models)
+  columns = []
+  for m in models:
+    columns.append(m)
+    columns += [
+      label
+      for label in labels.sort_models(present)
+      if label != m and label not in models and labels.paper_model(label) == m
+    ]
+  if unmatched:
+    columns += [
+      label
+      for label in labels.sort_models(present)
+      if labels.paper_model(label) is None
+      and label != labels.CALIBRATION_MODEL
+      and labels.split_label(label)[2] == multitask
+      and label not in columns
+    ]
+  return columns
 
 # The paper's captions; ours append notes on seeds, missing runs and divergence.
 CAPTIONS = {
@@ -144,16 +173,24 @@ def _diverged_note(agg, models):
   text = f" Diverged runs: {n_diverged}"
   if n_diverged:
     n_unscored = int((sub["n_runs"] - sub["n_seeds"]).sum())
-    text += f", counted with their test score ({n_unscored} without one left out)"
+    text += ", counted in mean and std with the test score of their best-validation parameters"
+    if n_unscored:
+      text += f" ({n_unscored} without a test score left out)"
   return text + "."
 
 
 def _notes(agg, models, expected_seeds, with_paper):
-  text = (
-    " Ours: mean $\\pm$ sample std (ddof=1) over seeds, in \\%;"
-    f" a grey superscript [n] marks a mean over n $<$ {expected_seeds} seeds;"
-    f" {MISSING} marks no run."
-  )
+  sub = agg[agg["model"].isin(models)]
+  n_seeds = sub["n_seeds"]
+  if len(n_seeds) and n_seeds.max() > 1:
+    text = " Ours: mean $\\pm$ sample std (ddof=1) over seeds, in \\%"
+  else:
+    text = " Ours: one seed per cell (no std), in \\%"
+  # Only when a cell carries the mark: with N <= 1 "n < N seeds" would be nonsense.
+  few = n_seeds[(n_seeds > 0) & (n_seeds < expected_seeds)]
+  if len(few):
+    text += f"; a grey superscript [n] marks a mean over n of the {expected_seeds} seeds"
+  text += f"; {MISSING} marks no run."
   text += _diverged_note(agg, models)
   if with_paper:
     text += " Grey (x): the paper's mean."
@@ -187,7 +224,9 @@ def comparison_table(agg, models, *, label, highlight_vs=None, paper=None, expec
   if expected_seeds is None:
     expected_seeds = expected_seeds_of(agg, models)
   cells = {m: _cells(agg, m) for m in models}
-  paper_means = {m: paper_lib.paper_cells(paper, m) for m in models} if paper is not None else None
+  paper_means = (
+    {m: _paper_cells(paper, m) for m in models} if paper is not None else None
+  )
 
   def row(algorithm):
     stats = [cells[m].get(algorithm) for m in models]
@@ -223,10 +262,16 @@ def comparison_table(agg, models, *, label, highlight_vs=None, paper=None, expec
   body = []
   for left, right in zip(categories.PAPER_ORDER[:half], categories.PAPER_ORDER[half:]):
     body += [row(left) + " &", "\t" + row(right) + " \\\\"]
-  header = ["Algorithm"] + [MODEL_LABELS[m] for m in models]
+  header = ["Algorithm"] + [header_name(m) for m in models]
   colspec = "l" + "c" * len(models)
   caption = CAPTIONS[label] + _notes(agg, models, expected_seeds, paper is not None)
   return _wrap(label, caption, colspec + "|" + colspec, header + header, body)
+
+
+def _paper_cells(paper, label):
+  """The paper's per-algorithm cells of the model `label` is compared with ({} if none)."""
+  model = labels.paper_model(label)
+  return paper_lib.paper_cells(paper, model) if model is not None else {}
 
 
 def category_stats(cells, algorithms):
@@ -257,20 +302,23 @@ def summary_columns(agg, models, paper=None):
     (m, {r.algorithm: (r.mean_pct, r.std_pct) for r in _cells(agg, m).values()}) for m in models
   ]
   if paper is None:
-    return [(MODEL_LABELS[m], c, {}) for m, c in ours]
+    return [(header_name(m), c, {}) for m, c in ours]
   columns = [
     (MODEL_LABELS[m], paper_lib.paper_cells(paper, m), paper_lib.paper_summary(paper, m))
     for m in paper_lib.LITERATURE_MODELS
   ]
+  # One paper column per paper model, however many of our labels it is compared with.
+  paper_models = list(dict.fromkeys(labels.paper_model(m) for m in models))
   columns += [
     (
       MODEL_LABELS[m] + " (paper)",
       paper_lib.paper_cells(paper, m),
       paper_lib.paper_summary(paper, m),
     )
-    for m in models
+    for m in paper_models
+    if m is not None
   ]
-  columns += [(MODEL_LABELS[m] + " (ours)", c, {}) for m, c in ours]
+  columns += [(header_name(m) + " (ours)", c, {}) for m, c in ours]
   return columns
 
 
@@ -332,11 +380,10 @@ def summary_table(agg, models, *, paper=None, label="main_comparison"):
   body += [line(f"$>{t}\\%$", values[f"above_{t}"], counts=True) for t in THRESHOLDS_PCT]
   header = ["Algorithm"] + [h for h, _, _ in columns]
   caption = CAPTIONS["main_comparison"]
-  caption += (
-    " Ours: category averages of per-algorithm means and stds (as the paper);"
-    " a grey superscript [k/m] marks an average over the k of m algorithms with"
-    f" results; counts are over the {n_all} algorithms; {MISSING} marks no run."
-  )
+  caption += " Ours: category averages of per-algorithm means and stds (as the paper);"
+  if any(0 < k < n for row in values.values() for _, _, k, n in row if k is not None):
+    caption += " a grey superscript [k/m] marks an average over the k of m algorithms with results;"
+  caption += f" counts are over the {n_all} algorithms; {MISSING} marks no run."
   caption += _diverged_note(agg, models)
   if paper is not None:
     caption += (
@@ -349,11 +396,11 @@ def summary_table(agg, models, *, paper=None, label="main_comparison"):
 def seeds_frame(agg):
   """The seed counts behind every cell: the aggregate sorted in the paper's order."""
   order = {a: i for i, a in enumerate(categories.PAPER_ORDER)}
-  model_order = {m: i for i, m in enumerate(MODEL_LABELS)}
+  model_order = {m: i for i, m in enumerate(labels.sort_models(agg["model"]))}
   out = agg.copy()
-  out["_m"] = out["model"].map(lambda m: model_order.get(m, len(model_order)))
+  out["_m"] = out["model"].map(model_order)
   out["_a"] = out["algorithm"].map(order)
-  out = out.sort_values(["_m", "model", "_a"]).drop(columns=["_m", "_a"])
+  out = out.sort_values(["_m", "_a"]).drop(columns=["_m", "_a"])
   return out.reset_index(drop=True)
 
 
@@ -367,6 +414,8 @@ def standalone_document(table_files):
 
 
 __all__ = [
+  "table_models",
+  "header_name",
   "comparison_table",
   "summary_table",
   "score_cell",

@@ -7,6 +7,7 @@ after an intended change of the output, regenerate them and review the diff:
     NAR_REGEN_GOLDEN=1 python -m pytest tests/test_analysis.py -k golden
 """
 
+import json
 import math
 import os
 import pathlib
@@ -44,6 +45,14 @@ GOLDEN_FILES = (
   "seeds.csv",
   "reproduction.csv",
   "reproduction.md",
+)
+# The LaTeX compile tests need pdflatex with booktabs, colortbl, xcolor and graphicx (Debian:
+# texlive-latex-base texlive-latex-recommended); skipped without it, unless
+# NAR_REQUIRE_PDFLATEX=1 (CI), where a missing pdflatex fails them.
+needs_pdflatex = pytest.mark.skipif(
+  shutil.which("pdflatex") is None and os.environ.get("NAR_REQUIRE_PDFLATEX") != "1",
+  reason="no pdflatex on this machine (apt-get install texlive-latex-base "
+  "texlive-latex-recommended)",
 )
 CELL = (
   "$%s\\%% \\scriptstyle{{\\light{\\pm%s}}}$"  # the paper's cell, e.g. CELL % ('98.40', '0.21')
@@ -342,8 +351,11 @@ def test_three_models_table_highlight_bold_missing_and_seed_counts(loaded):
   assert table_row(tex, "dfs") == "DFS & — & — & —"
   assert "\\begin{tabular}{lccc|lccc}" in tex
   assert "\\label{tab:three_model_comparison}" in tex
-  assert "a mean over n $<$ 3 seeds" in tex
-  assert "Diverged runs: 2, counted with their test score (1 without one left out)." in tex
+  assert "a grey superscript [n] marks a mean over n of the 3 seeds;" in tex
+  assert (
+    "Diverged runs: 2, counted in mean and std with the test score of their best-validation "
+    "parameters (1 without a test score left out)."
+  ) in tex
   body = tex.split("\\midrule\n", 1)[1].split("\\bottomrule")[0]
   assert body.count(" &\n") == 15 and body.count(" \\\\\n") == 15  # 15 algorithms a side
   assert [line.strip().split(" & ")[0] for line in body.splitlines() if line.strip()] == [
@@ -476,7 +488,7 @@ def test_golden(generated, mode, name):
     golden.write_bytes(produced)
   assert golden.exists(), f"no golden {golden}; run with NAR_REGEN_GOLDEN=1 once"
   assert produced == golden.read_bytes(), f"{name} differs from {golden}"
-  if name.endswith(".tex"):  # no LaTeX on the test machines: at least check the nesting
+  if name.endswith(".tex"):  # cheap checks here; the pdflatex tests compile them
     text = produced.decode("utf-8").replace("\\{", "").replace("\\}", "")
     depth = 0
     for ch in text:
@@ -500,7 +512,7 @@ def test_make_all_logs_left_out_files_and_diverged_runs(generated):
   ]
   assert (
     "33 runs from 36 result.json files (3 left out); 2 diverged runs (counted with "
-    "their test score where they have one)"
+    "their test score where they have one; 1 without one)"
   ) in logs
 
 
@@ -616,7 +628,7 @@ def test_figures_skip_runs_without_curves(loaded, tmp_path):
   )
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no pdflatex on this machine")
+@needs_pdflatex
 @pytest.mark.parametrize("mode", ["plain", "paper"])
 def test_golden_tables_compile_with_pdflatex(tmp_path, mode):
   shutil.copytree(GOLDEN / mode, tmp_path / mode)
@@ -639,3 +651,307 @@ def test_comparison_markdown_puts_ours_next_to_the_paper(tmp_path):
   assert ins[1:3] == ["72.00 ± 2.00", "70.62 ± 8.26"]   # baseline: ours, paper
   assert ins[5:7] == ["99.00 ± 0.50", "98.40 ± 0.21"]   # G-ForgetNet: ours, paper
   assert not any(l.startswith("| DFS |") for l in lines)  # no results, no row
+
+
+# --- model labels beyond the paper's, calibration runs --------------------------------------
+
+from analysis import labels  # noqa: E402
+
+
+@pytest.mark.parametrize(
+  "label, paper_model, display",
+  [
+    ("baseline", "baseline", "Baseline"),
+    ("gforget", "gforget", "G-ForgetNet"),
+    ("gforget_constant", "gforget", "G-ForgetNet (constant)"),
+    ("gforget_lambda_x2", "gforget", "G-ForgetNet (lambda x2)"),
+    ("gforget_nopenalty", "gforget_nopenalty", "G-ForgetNet w/o penalty"),
+    ("gforget_nopenalty_long", "gforget_nopenalty", "G-ForgetNet w/o penalty (long)"),
+    ("forget_wide", "forget", "ForgetNet (wide)"),
+    ("forget_multitask", "forget_multitask", "ForgetNet"),
+    ("forget_wide_multitask", "forget_multitask", "ForgetNet (wide)"),
+    ("gforget_multitask", None, "G-ForgetNet"),  # the paper has no multi-task G-ForgetNet
+    ("calibrate", None, "G-ForgetNet (calibrate)"),
+    ("gforgetful", None, "gforgetful"),
+    ("mystery", None, "mystery"),
+  ],
+)
+def test_model_labels_map_to_the_papers_models(label, paper_model, display):
+  assert labels.paper_model(label) == paper_model
+  assert labels.model_label(label) == display
+
+
+def test_model_order_puts_variants_after_their_paper_model():
+  assert labels.sort_models(
+    ["mystery", "gforget_constant", "forget_multitask", "gforget", "baseline", "forget"]
+  ) == ["baseline", "forget", "gforget", "gforget_constant", "forget_multitask", "mystery"]
+  assert labels.is_calibration({"model": "calibrate", "path": "x/bfs/seed0/result.json"})
+  assert labels.is_calibration({"model": "gforget", "path": "_calibration/bfs/seed0/result.json"})
+  assert labels.is_calibration({"model": "gforget", "path": "calibrate/bfs/seed0/result.json"})
+  assert not labels.is_calibration({"model": "gforget", "path": "gforget/bfs/seed0/result.json"})
+
+
+def _quiet_load(root):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", results_lib.ResultWarning)
+    return results_lib.load_runs(root)
+
+
+def _copy_run(src, dst, **changes):
+  result = json.loads(src.read_text(encoding="utf-8"))
+  result.update(changes)
+  dst.parent.mkdir(parents=True, exist_ok=True)
+  dst.write_text(json.dumps(result), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def extended(tmp_path_factory):
+  """The fixture tree + G-ForgetNet under the 'constant' reading (gforget_constant), a label
+  of no known family (mystery) and lambda calibration runs in both places they may live."""
+  root = tmp_path_factory.mktemp("extended") / "results"
+  shutil.copytree(RESULTS, root)
+  scores = {"insertion_sort": [0.97, 0.98], "bfs": [0.999, 0.997]}
+  for algorithm, values in scores.items():
+    for seed, score in enumerate(values):
+      _copy_run(
+        RESULTS / "gforget" / algorithm / f"seed{seed}" / "result.json",
+        root / "gforget_constant" / algorithm / f"seed{seed}" / "result.json",
+        model="gforget_constant",
+        test_score=score,
+        lambda_gate=0.05,
+        lambda_reading="constant",
+        lambda_calibration={"L": 0.5, "G": 10.0, "window_steps": 500},
+      )
+  _copy_run(
+    RESULTS / "baseline" / "bfs" / "seed0" / "result.json",
+    root / "mystery" / "bfs" / "seed0" / "result.json",
+    model="mystery",
+    test_score=0.5,
+  )
+  for rel in ("calibrate/bfs/seed0", "_calibration/constant/calibrate/bfs/seed0"):
+    _copy_run(
+      RESULTS / "gforget" / "bfs" / "seed0" / "result.json",
+      root / rel / "result.json",
+      model="calibrate",
+      test_score=0.123,
+      lambda_gate=0.0,
+    )
+  out = root.parent / "tables"
+  logs = []
+  written = make_tables.make_all(root, out, paper=True, figures="all", log=logs.append)
+  return root, out, logs, written
+
+
+def test_variant_labels_get_their_own_column_compared_with_the_papers_model(extended):
+  _, out, logs, _ = extended
+  tex = (out / "three_models.tex").read_text(encoding="utf-8")
+  header = next(line for line in tex.splitlines() if "\\textbf{Algorithm}" in line)
+  assert header.strip().split(" & ")[:6] == [
+    "\\textbf{Algorithm}",
+    "\\textbf{Baseline}",
+    "\\textbf{ForgetNet}",
+    "\\textbf{G-ForgetNet}",
+    "\\textbf{G-ForgetNet (constant)}",
+    "\\textbf{mystery}",
+  ]
+  assert "\\begin{tabular}{lccccc|lccccc}" in tex
+  row = table_row(tex, "insertion_sort").split(" & ")
+  # gforget_constant: 97.50 +- 0.71 over 2 of 3 seeds, better than the baseline, next to
+  # the paper's G-ForgetNet (98.40); mystery has no paper counterpart and no insertion sort.
+  assert row[4] == (
+    "\\cellcolor{green!30!white} " + CELL % ("97.50", "0.71")
+    + "\\textsuperscript{\\light{[2]}} {\\light{\\scriptsize(98.40)}}"
+  )
+  assert row[5] == "—"
+  assert table_row(tex, "bfs").split(" & ")[5] == "$50.00\\%$\\textsuperscript{\\light{[1]}}"
+  summary = (out / "summary.tex").read_text(encoding="utf-8")
+  header = next(line for line in summary.splitlines() if "\\textbf{Algorithm}" in line)
+  assert header.count("G-ForgetNet (paper)") == 1  # one paper column for gforget + constant
+  assert "\\textbf{G-ForgetNet (constant) (ours)}" in header
+  penalty = (out / "penalty_ablation.tex").read_text(encoding="utf-8")
+  assert "\\textbf{G-ForgetNet (constant)}" in penalty and "mystery" not in penalty
+
+  frame = pd.read_csv(out / "reproduction.csv")
+  r = frame.set_index(["model", "algorithm"]).loc[("gforget_constant", "insertion_sort")]
+  assert (r.paper_model, r.paper_table, r.paper_mean_pct) == (
+    "gforget", "three_model_comparison", 98.40
+  )
+  assert r.delta_pct == pytest.approx(-0.90)
+  assert frame.loc[frame["model"] == "mystery", "paper_model"].isna().all()
+  md = (out / "reproduction.md").read_text(encoding="utf-8")
+  assert (
+    "## G-ForgetNet (constant) (`gforget_constant`; paper: G-ForgetNet, "
+    "tab:three_model_comparison)"
+  ) in md
+  assert "- No paper counterpart, not compared: `mystery`." in md
+  assert "| `gforget_constant` | Insertion Sort | 0.05 | constant | " in md
+  lambdas = pd.read_csv(out / "lambdas.csv", keep_default_na=False)
+  constant = lambdas[lambdas["model"] == "gforget_constant"]
+  assert set(constant["lambda_reading"]) == {"constant"} and len(constant) == 4
+  assert json.loads(constant["lambda_calibration"].iloc[0]) == {
+    "G": 10.0, "L": 0.5, "window_steps": 500
+  }
+  comparison = (out / "comparison.md").read_text(encoding="utf-8").splitlines()
+  assert "G-ForgetNet (constant) (ours)" in comparison[0]
+
+
+def test_calibration_runs_are_in_no_table(extended):
+  root, out, logs, _ = extended
+  assert "2 lambda calibration runs: not results, left out of the tables" in logs
+  assert not [line for line in logs if "duplicate" in line]  # two readings, same key: fine
+  for name in ("seeds.csv", "reproduction.csv", "results_long.csv", "lambdas.csv"):
+    assert "calibrate" not in (out / name).read_text(encoding="utf-8"), name
+  for name in ("three_models.tex", "summary.tex", "comparison.md"):
+    text = (out / name).read_text(encoding="utf-8")
+    assert "calibrate" not in text and "12.30" not in text, name
+  assert "Lambda calibration runs (model `calibrate`" in (out / "reproduction.md").read_text()
+  runs, _ = _quiet_load(root)
+  assert len(results_lib.split_calibration(runs)[1]) == 2
+
+
+def test_figures_draw_every_label_found(extended):
+  from analysis import figures
+
+  root, out, _, written = extended
+  assert {p.name for p in written if p.suffix == ".png"} == {
+    f"{a}_{k}.png"
+    for a in ("bfs", "floyd_warshall", "insertion_sort")
+    for k in ("train_loss", "hint_step_loss", "hidden_norm")
+  }
+  runs, _ = results_lib.split_calibration(_quiet_load(root)[0])
+  by_model = figures._runs_by_model(runs, "bfs")
+  assert list(by_model) == ["baseline", "gforget", "gforget_constant", "mystery"]
+  style = figures.styles(by_model)
+  assert style["gforget"] == ("tab:green", "-") and style["gforget_constant"] == ("tab:green", "--")
+  assert style["mystery"][0] not in figures.COLORS.values()
+  fig, ax = figures.plt.subplots()
+  assert figures._curve_plot(ax, by_model, "val", "hidden_norm")
+  legend = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+  assert legend == [
+    "Baseline (3 seeds)",
+    "G-ForgetNet (3 seeds)",
+    "G-ForgetNet (constant) (2 seeds)",
+    "mystery (1 seed)",
+  ]
+  assert len(ax.get_lines()) == 4 + 3 + 3 + 2  # + a thin line per seed of several
+  figures.plt.close(fig)
+
+
+@needs_pdflatex
+def test_every_generated_table_compiles_with_pdflatex(extended, tmp_path):
+  _, out, _, _ = extended
+  shutil.copytree(out, tmp_path / "out")
+  names = sorted(p.name for p in out.glob("*.tex") if p.name != "tables.tex")
+  assert names == ["multitask.tex", "penalty_ablation.tex", "summary.tex", "three_models.tex"]
+  for name in names:  # each table alone, then the combined document
+    (tmp_path / "out" / f"only_{name}").write_text(
+      tables.standalone_document([name]), encoding="utf-8"
+    )
+  for doc in [f"only_{n}" for n in names] + ["tables.tex"]:
+    proc = subprocess.run(
+      ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc],
+      cwd=tmp_path / "out",
+      capture_output=True,
+      text=True,
+      timeout=120,
+    )
+    assert proc.returncode == 0, (doc, proc.stdout[-2000:])
+
+
+# --- captions -------------------------------------------------------------------------------
+
+
+def _one_seed_agg():
+  long = pd.DataFrame(
+    [
+      (m, a, 0, metric, value)
+      for m, a, score in [("baseline", "bfs", 0.9), ("gforget", "bfs", 0.95)]
+      for metric, value in [("test_score", score), ("diverged", 0.0), ("steps", 5.0),
+                            ("train_steps", 5.0)]
+    ],
+    columns=["model", "algorithm", "seed", "metric", "value"],
+  )
+  return results_lib.aggregate(long)
+
+
+def test_caption_never_speaks_of_fewer_than_one_seed():
+  agg = _one_seed_agg()
+  tex = tables.comparison_table(agg, list(tables.THREE_MODELS), label="three_model_comparison")
+  caption = next(line for line in tex.splitlines() if "\\caption{" in line)
+  assert "Ours: one seed per cell (no std), in \\%; — marks no run. Diverged runs: 0." in caption
+  assert "[n]" not in caption and "$<$" not in caption and "superscript" not in caption
+  # Asked for 10 seeds: the single-seed cells carry [1] and the caption explains it.
+  tex = tables.comparison_table(
+    agg, list(tables.THREE_MODELS), label="three_model_comparison", expected_seeds=10
+  )
+  assert "a grey superscript [n] marks a mean over n of the 10 seeds;" in tex
+  assert "\\textsuperscript{\\light{[1]}}" in table_row(tex, "bfs")
+  summary = tables.summary_table(agg, ["baseline", "gforget"])
+  assert "[k/m]" in summary  # bfs alone: 1 of 12 graph algorithms
+  empty = results_lib.aggregate(pd.DataFrame(columns=["model", "algorithm", "seed", "metric",
+                                                      "value"]))
+  tex = tables.comparison_table(empty, list(tables.THREE_MODELS), label="three_model_comparison")
+  assert "[n]" not in tex and "n $<$ 0" not in tex
+
+
+# --- the output folder is replaced as a whole -----------------------------------------------
+
+
+def test_make_all_leaves_no_stale_files_and_no_temporary_folders(tmp_path):
+  out = tmp_path / "tables"
+  make_tables.make_all(RESULTS, out, log=lambda *_: None)
+  (out / "stale_table_of_an_earlier_run.tex").write_text("old")
+  (out / "figures").mkdir()
+  (out / "figures" / "bfs_train_loss.png").write_bytes(b"old")
+  written = make_tables.make_all(RESULTS, out, log=lambda *_: None)
+  assert not (out / "stale_table_of_an_earlier_run.tex").exists()
+  assert not (out / "figures").exists()
+  assert all(p.parent == out and p.exists() for p in written)
+  assert (out / make_tables.MARKER).exists()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["tables"]
+
+
+def test_make_all_failing_midway_leaves_the_previous_output_intact(tmp_path, monkeypatch):
+  out = tmp_path / "tables"
+  make_tables.make_all(RESULTS, out, log=lambda *_: None)
+  before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+  def broken(*args, **kwargs):
+    raise RuntimeError("disk full")
+
+  monkeypatch.setattr(report, "comparison_markdown", broken)  # after most files are written
+  with pytest.raises(RuntimeError, match="disk full"):
+    make_tables.make_all(RESULTS, out, paper=True, log=lambda *_: None)
+  assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["tables"]
+
+  monkeypatch.undo()
+  real_rename = os.rename
+
+  def rename_fails_on_the_swap(src, dst):
+    if pathlib.Path(src).name.startswith(".tables.new-"):
+      raise OSError("rename failed")
+    return real_rename(src, dst)
+
+  monkeypatch.setattr(make_tables.os, "rename", rename_fails_on_the_swap)
+  with pytest.raises(OSError, match="rename failed"):
+    make_tables.make_all(RESULTS, out, paper=True, log=lambda *_: None)
+  assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # put back
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["tables"]
+
+
+def test_make_all_refuses_to_replace_a_folder_it_did_not_write(tmp_path):
+  foreign = tmp_path / "thesis"
+  foreign.mkdir()
+  (foreign / "chapter1.tex").write_text("precious")
+  with pytest.raises(ValueError, match="did not write"):
+    make_tables.make_all(RESULTS, foreign, log=lambda *_: None)
+  assert (foreign / "chapter1.tex").read_text() == "precious"
+  with pytest.raises(ValueError, match="holds --results"):
+    make_tables.make_all(RESULTS, RESULTS.parent, log=lambda *_: None)
+  proc = subprocess.run(
+    [sys.executable, "-m", "analysis.make_tables", "--results", str(RESULTS), "--out",
+     str(foreign)],
+    cwd=ROOT, capture_output=True, text=True, timeout=60,
+  )
+  assert proc.returncode == 2 and "did not write" in proc.stderr

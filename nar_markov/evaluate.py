@@ -1,0 +1,183 @@
+"""Score a saved model (`<run>/params.npz`) on a split or on fresh graphs of other sizes.
+
+    python -m nar_markov.evaluate RUN_DIR [--split test|val] [--nodes 64,128]
+        [--max-samples N] [--batch-size B] [--sample-seed S] [--algorithm ALG] [--json OUT]
+
+RUN_DIR holds `params.npz` (nar_markov.params_io: best-validation parameters, net config,
+metadata) and the run's `result.json` (algorithm, model, seed). A multi-task model's metadata
+lists its `algorithms` (the order of `algorithm_index`); the run folder's algorithm, or
+--algorithm, picks the one scored. Without --nodes the official
+split is scored (default test: 64 nodes, the paper's OOD number, so a run's own test_score is
+reproduced). --nodes scores freshly sampled graphs of each size instead, drawn as the official
+dataset builder draws a split (`clrs.build_sampler(alg, seed, num_samples, length=n)`, the
+test split's sample count unless --max-samples, then run.py's preprocessing): e.g. how far
+out of distribution a model still holds. One line per size; --json writes them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from nar_markov import params_io
+
+PARAMS_NAME = "params.npz"
+RESULT_NAME = "result.json"
+# The official test split's seed is 3 (clrs.CLRS30); fresh graphs use another by default.
+DEFAULT_SAMPLE_SEED = 4
+
+
+def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
+  """params, net_config, meta, result (or {}) of a run folder, the algorithms of the model
+  (meta['algorithms'], else the one algorithm) and the one to score (`algorithm`, else
+  meta's, else result.json's)."""
+  run_dir = pathlib.Path(run_dir)
+  params, net_config, meta = params_io.load_params(run_dir / PARAMS_NAME)
+  result_path = run_dir / RESULT_NAME
+  result = json.loads(result_path.read_text()) if result_path.exists() else {}
+  algorithm = algorithm or meta.get("algorithm") or result.get("algorithm")
+  if not algorithm:
+    raise ValueError(f"{run_dir}: neither params.npz's meta nor result.json names the algorithm")
+  algorithms = list(meta.get("algorithms") or [algorithm])
+  if algorithm not in algorithms:
+    raise ValueError(f"{run_dir}: the model was trained on {algorithms}, not {algorithm!r}")
+  return {"params": params, "net_config": net_config, "meta": meta, "result": result,
+          "algorithm": algorithm, "algorithms": algorithms}
+
+
+def sample_graphs(algorithm: str, nb_nodes: int, num_samples: int, seed: int):
+  """`num_samples` fresh trajectories at `nb_nodes`, drawn and preprocessed as the official
+  val/test splits are (nar_markov.data), with `seed`."""
+  import clrs
+  from nar_markov import data
+
+  sampler, _ = clrs.build_sampler(data.check_algorithm(algorithm), seed=int(seed),
+                                  num_samples=int(num_samples), length=int(nb_nodes))
+  return data.preprocess_feedback(algorithm, sampler.next(None))
+
+
+def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
+                nb_dims: Optional[Any] = None, cache_dir: Optional[str] = None):
+  """The train.Model of a saved run: the net that `net_config` describes over `algorithms`
+  (a list of one for single-task). nb_dims: the metadata's (a dict, or one per algorithm),
+  else taken from the val splits as train.run_experiment takes them."""
+  from nar_markov import data
+  from nar_markov import model as model_lib
+  from nar_markov import train
+
+  algorithms = list(algorithms)
+  if isinstance(nb_dims, dict):
+    nb_dims = [nb_dims]
+  if not nb_dims:
+    nb_dims = [model_lib.nb_dims_of(data.load_split(a, "val", cache_dir=cache_dir))
+               for a in algorithms]
+  if len(nb_dims) != len(algorithms):
+    raise ValueError(f"{len(nb_dims)} nb_dims for {len(algorithms)} algorithms")
+  config = model_lib.NetConfig(**net_config)
+  # Never stepped: the optimizer is only there because Model wants one.
+  optimizer = train.make_optimizer(1e-3, 1, 1.0)
+  return train.Model([data.get_spec(a) for a in algorithms], [dict(d) for d in nb_dims],
+                     config, optimizer)
+
+
+def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
+                 max_samples: Optional[int] = None, batch_size: Optional[int] = None,
+                 sample_seed: int = DEFAULT_SAMPLE_SEED, cache_dir: Optional[str] = None,
+                 algorithm: Optional[str] = None, log=print) -> Dict[str, Any]:
+  """Scores of a saved run: on `split`, or on fresh graphs of each of `nodes`."""
+  from nar_markov import data
+  from nar_markov import train
+
+  run = load_run(run_dir, algorithm)
+  algorithm = run["algorithm"]
+  index = run["algorithms"].index(algorithm)
+  model = build_model(run["algorithms"], run["net_config"], run["meta"].get("nb_dims"),
+                      cache_dir)
+  params = run["params"]
+  spec = model.specs[index]
+  targets: List[Dict[str, Any]] = []
+  if nodes:
+    num_samples = max_samples or data.split_settings(algorithm, "test")["num_samples"]
+    for n in nodes:
+      targets.append({"source": "sampled", "nb_nodes": int(n), "seed": int(sample_seed),
+                      "feedback": sample_graphs(algorithm, n, num_samples, sample_seed)})
+  else:
+    feedback = data.load_split(algorithm, split, cache_dir=cache_dir)
+    targets.append({"source": split, "nb_nodes": data.nb_nodes_of(feedback),
+                    "seed": data.split_settings(algorithm, split)["seed"],
+                    "feedback": feedback})
+  scores = []
+  for t in targets:
+    feedback = t.pop("feedback")
+    bs = batch_size or train.default_test_batch_size(
+        spec, t["nb_nodes"], model.config.hidden_size, fast=model.config.fast)
+    res = train.evaluate_split(model, params, feedback, index, bs, with_hints=False,
+                               max_samples=max_samples)
+    n = min(data.nb_samples_of(feedback), max_samples or data.nb_samples_of(feedback))
+    entry = dict(t, num_samples=int(n), score=res["score"], scores=res["scores"])
+    scores.append(entry)
+    log(f"{algorithm} {t['source']} nodes={t['nb_nodes']} samples={n} "
+        f"score={res['score']:.4f}")
+  result = run["result"]
+  return {
+      "run_dir": str(run_dir),
+      "algorithm": algorithm,
+      "algorithms": run["algorithms"],
+      "model": run["meta"].get("model", result.get("model")),
+      "seed": run["meta"].get("seed", result.get("seed")),
+      "result_test_score": result.get("test_score"),
+      "scores": scores,
+  }
+
+
+def _nodes(text: str) -> List[int]:
+  try:
+    values = [int(x) for x in text.split(",") if x.strip()]
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"--nodes wants integers like 64,128, not {text!r}")
+  if not values or min(values) < 2:
+    raise argparse.ArgumentTypeError(f"--nodes wants node counts >= 2, got {text!r}")
+  return values
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(
+      description=__doc__.split("\n\n")[0],
+      formatter_class=argparse.RawDescriptionHelpFormatter,
+      epilog=__doc__.split("\n\n", 1)[1])
+  parser.add_argument("run_dir", help="a run folder with params.npz (and result.json)")
+  parser.add_argument("--split", choices=("test", "val"), default="test")
+  parser.add_argument("--algorithm", default=None,
+                      help="multi-task model: the algorithm to score (default: the run's)")
+  parser.add_argument("--nodes", type=_nodes, default=None,
+                      help="comma-separated node counts: score fresh graphs of these sizes")
+  parser.add_argument("--max-samples", type=int, default=None,
+                      help="score only the first N samples (sampled: draw N)")
+  parser.add_argument("--batch-size", type=int, default=None,
+                      help="evaluation batch size (default: bounded by memory)")
+  parser.add_argument("--sample-seed", type=int, default=DEFAULT_SAMPLE_SEED,
+                      help="sampler seed of --nodes graphs")
+  parser.add_argument("--cache-dir", default=None, help="CLRS val/test cache folder")
+  parser.add_argument("--json", default=None, help="also write the scores to this JSON file")
+  args = parser.parse_args(argv)
+  if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
+    parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
+  if args.max_samples is not None and args.max_samples < 1:
+    parser.error("--max-samples must be >= 1")
+  from nar_markov import train
+  train.setup_compilation_cache()
+  out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
+                     max_samples=args.max_samples, batch_size=args.batch_size,
+                     sample_seed=args.sample_seed, cache_dir=args.cache_dir,
+                     algorithm=args.algorithm)
+  if args.json:
+    train.atomic_write_bytes(pathlib.Path(args.json),
+                             json.dumps(train.jsonable(out), indent=1).encode())
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,111 @@
+"""A trained model on disk: haiku parameters, net config and metadata in one `.npz`.
+
+One array per parameter, keyed by its haiku path `<module name>/<parameter name>` (e.g.
+`net/~_construct_encoders_decoders/algo_0_pos_enc_linear/w`), plus one entry `HEADER_KEY`:
+a JSON string with the format tag, the net config (`dataclasses.asdict(NetConfig)`) and free
+metadata (algorithm, model, seed, step, ...). Loading executes no code: `np.load` with
+`allow_pickle=False` (an object array, which needs pickle, is refused). Writes are atomic
+(temp file in the same folder + `os.replace`). numpy only: no jax needed to read a model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import tempfile
+from typing import Any, Dict, Mapping, Tuple
+
+import numpy as np
+
+FORMAT = "nar_markov.params/1"
+HEADER_KEY = "__nar_markov__"
+
+
+def _json_value(x):
+  """JSON-safe copy: numpy scalars/arrays to Python, non-finite floats to None."""
+  if isinstance(x, Mapping):
+    return {str(k): _json_value(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_json_value(v) for v in x]
+  if isinstance(x, np.ndarray):
+    return _json_value(x.tolist())
+  if isinstance(x, np.generic):
+    x = x.item()
+  if isinstance(x, float) and not math.isfinite(x):
+    return None
+  return x
+
+
+def flatten(params: Mapping[str, Mapping[str, Any]]) -> Dict[str, np.ndarray]:
+  """{'module/param': array} of haiku's {module: {param: array}}."""
+  flat = {}
+  for module, module_params in params.items():
+    if not isinstance(module_params, Mapping):
+      raise TypeError(f"params[{module!r}] is a {type(module_params).__name__}, not a mapping "
+                      "of parameter name -> array (haiku params)")
+    if not module or module.startswith("__"):
+      raise ValueError(f"module name {module!r} cannot be stored")
+    for name, value in module_params.items():
+      if not name or "/" in name:
+        raise ValueError(f"parameter name {name!r} of {module!r} cannot be stored")
+      array = np.asarray(value)
+      if array.dtype.hasobject:
+        raise TypeError(f"{module}/{name} is an object array")
+      flat[f"{module}/{name}"] = array
+  return flat
+
+
+def unflatten(flat: Mapping[str, np.ndarray]) -> Dict[str, Dict[str, np.ndarray]]:
+  """Inverse of `flatten`: module names may contain '/', parameter names do not."""
+  params: Dict[str, Dict[str, np.ndarray]] = {}
+  for key, value in flat.items():
+    module, _, name = key.rpartition("/")
+    if not module:
+      raise ValueError(f"{key!r} is not a 'module/param' key")
+    params.setdefault(module, {})[name] = value
+  return params
+
+
+def save_params(path, params, net_config: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+  """Write `params` (haiku params, numpy or jax arrays), `net_config` and `meta` to `path`."""
+  path = pathlib.Path(path)
+  arrays = flatten(params)
+  header = json.dumps(
+      {"format": FORMAT, "net_config": _json_value(dict(net_config)),
+       "meta": _json_value(dict(meta))}, sort_keys=True, allow_nan=False)
+  arrays[HEADER_KEY] = np.array(header)  # a unicode scalar: loads without pickle
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    os.chmod(tmp, 0o644)
+    with os.fdopen(fd, "wb") as f:
+      np.savez(f, **arrays)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def load_params(path) -> Tuple[Dict[str, Dict[str, np.ndarray]], Dict[str, Any], Dict[str, Any]]:
+  """(params as {module: {param: np.ndarray}}, net_config dict, meta dict) of `path`.
+
+  ValueError for a file that is not ours or needs pickle (object arrays).
+  """
+  flat = {}
+  with np.load(path, allow_pickle=False) as npz:
+    if HEADER_KEY not in npz.files:
+      raise ValueError(f"{path} has no {HEADER_KEY!r} entry: not a nar_markov params file")
+    for key in npz.files:  # read everything now, so a pickled entry fails here
+      flat[key] = npz[key]
+  header = json.loads(str(flat.pop(HEADER_KEY)))
+  if header.get("format") != FORMAT:
+    raise ValueError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
+  return unflatten(flat), header["net_config"], header["meta"]
+
+
+__all__ = ["FORMAT", "save_params", "load_params", "flatten", "unflatten"]

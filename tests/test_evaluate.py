@@ -1,0 +1,209 @@
+"""A trained model kept on disk (params_io) and scored again (evaluate): the saved model
+is the model, so its score is the in-process score."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nar_markov import params_io
+
+ALGORITHM = "bfs"
+TINY_NET = dict(hidden_size=8, nb_triplet_fts=4, history="gated")
+SAMPLES = 4
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, data_cache_dir):
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+
+
+# --- params_io: numpy only --------------------------------------------------------------
+
+
+def _fake_params():
+  return {
+      "net/~_construct_encoders_decoders/algo_0_pos_enc_linear": {
+          "w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3, np.float32)},
+      "net/history_gate/linear_1": {"w": np.full((2, 2), 0.5, np.float64)},
+  }
+
+
+def test_params_round_trip_exactly(tmp_path):
+  path = tmp_path / "run" / "params.npz"
+  meta = {"algorithm": ALGORITHM, "seed": 3, "val_best": np.float32(0.75),
+          "nb_dims": {"pos": np.int64(1)}, "diverged_step": None, "nan": float("nan")}
+  params_io.save_params(path, _fake_params(), {"hidden_size": 8, "history": "gated"}, meta)
+  params, net_config, meta_back = params_io.load_params(path)
+  assert net_config == {"hidden_size": 8, "history": "gated"}
+  assert meta_back == {"algorithm": ALGORITHM, "seed": 3, "val_best": 0.75,
+                       "nb_dims": {"pos": 1}, "diverged_step": None, "nan": None}
+  expected = _fake_params()
+  assert params.keys() == expected.keys()
+  for module in expected:
+    assert params[module].keys() == expected[module].keys()
+    for name, value in expected[module].items():
+      assert params[module][name].dtype == value.dtype
+      np.testing.assert_array_equal(params[module][name], value)
+  with np.load(path, allow_pickle=False) as npz:  # keyed by haiku path, readable by anyone
+    assert "net/history_gate/linear_1/w" in npz.files
+  # Overwritten atomically: no temp file left next to it.
+  params_io.save_params(path, _fake_params(), {}, {})
+  assert [p.name for p in path.parent.iterdir()] == ["params.npz"]
+
+
+def test_loading_refuses_pickle_and_foreign_files(tmp_path):
+  evil = tmp_path / "evil.npz"
+  np.savez(evil, **{params_io.HEADER_KEY: np.array(json.dumps({"format": params_io.FORMAT,
+                                                                  "net_config": {},
+                                                                  "meta": {}})),
+                    "net/linear/w": np.array([{"would": "unpickle"}], dtype=object)})
+  with pytest.raises(ValueError, match="allow_pickle"):
+    params_io.load_params(evil)
+  foreign = tmp_path / "foreign.npz"
+  np.savez(foreign, w=np.ones(2))
+  with pytest.raises(ValueError, match="not a nar_markov params file"):
+    params_io.load_params(foreign)
+  with pytest.raises(TypeError, match="object array"):
+    params_io.save_params(tmp_path / "x.npz", {"m": {"w": np.array([None], dtype=object)}},
+                          {}, {})
+  with pytest.raises(ValueError, match="cannot be stored"):
+    params_io.save_params(tmp_path / "x.npz", {"m": {"a/b": np.ones(1)}}, {}, {})
+  assert not (tmp_path / "x.npz").exists()
+
+
+def test_params_io_imports_no_jax():
+  code = ("import sys, nar_markov.params_io; "
+          "bad = [m for m in ('jax', 'haiku', 'clrs') if m in sys.modules]; assert not bad, bad")
+  subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --- evaluate: the saved model scores what the in-process model scores -------------------
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory, data_cache_dir):
+  """A freshly initialised tiny G-ForgetNet on bfs, saved as a run folder would be."""
+  from nar_markov import data
+  from nar_markov import model as model_lib
+  from nar_markov import train
+
+  val = data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir))
+  nb_dims = model_lib.nb_dims_of(val)
+  config = model_lib.NetConfig(**TINY_NET)
+  net = train.Model([data.get_spec(ALGORITHM)], [nb_dims], config,
+                    train.make_optimizer(1e-3, 10, 1.0))
+  init_batch = next(iter(data.eval_batches(val, 8)))[0]
+  params, _ = net.init_state(5, [init_batch.features])
+  # Perturbed so that they are no initialisation evaluate could redo by itself.
+  rng = np.random.RandomState(0)
+  params = {m: {k: np.asarray(v) * (1 + 0.5 * rng.standard_normal(np.shape(v))).astype(v.dtype)
+                for k, v in p.items()} for m, p in params.items()}
+  run_dir = tmp_path_factory.mktemp("run") / "gforget" / ALGORITHM / "seed5"
+  params_io.save_params(run_dir / "params.npz", params, dataclasses.asdict(config),
+                        {"algorithm": ALGORITHM, "model": "gforget", "seed": 5, "step": 0})
+  (run_dir / "result.json").write_text(json.dumps(
+      {"schema": "nar_markov.result/1", "model": "gforget", "algorithm": ALGORITHM,
+       "seed": 5, "test_score": None}))
+  return run_dir, net, params
+
+
+def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
+  from nar_markov import data
+  from nar_markov import evaluate
+  from nar_markov import train
+
+  run_dir, net, params = saved_run
+  test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
+  expected = train.evaluate_split(net, params, test, 0, SAMPLES, with_hints=False,
+                                  max_samples=SAMPLES)
+  lines = []
+  out = evaluate.evaluate_run(run_dir, split="test", max_samples=SAMPLES, batch_size=SAMPLES,
+                              log=lines.append)
+  [entry] = out["scores"]
+  assert (entry["source"], entry["nb_nodes"], entry["num_samples"]) == ("test", 64, SAMPLES)
+  assert entry["score"] == expected["score"] and entry["scores"] == expected["scores"]
+  assert lines == [f"bfs test nodes=64 samples={SAMPLES} score={expected['score']:.4f}"]
+  assert (out["model"], out["seed"]) == ("gforget", 5)
+  # The check can fail: other parameters (the unperturbed initialisation) score otherwise.
+  init_batch = next(iter(data.eval_batches(test, SAMPLES)))[0]
+  other, _ = net.init_state(5, [init_batch.features])
+  assert train.evaluate_split(net, other, test, 0, SAMPLES, with_hints=False,
+                              max_samples=SAMPLES)["score"] != expected["score"]
+  # The loaded net is the saved one: same config, same parameter tree.
+  loaded_net = evaluate.build_model([ALGORITHM], dataclasses.asdict(net.config))
+  assert loaded_net.config == net.config
+
+
+def test_cli_scores_fresh_graphs_of_other_sizes(saved_run, tmp_path, capsys):
+  from nar_markov import evaluate
+  from nar_markov import train
+
+  run_dir, net, params = saved_run
+  out_json = tmp_path / "scores.json"
+  assert evaluate.main([str(run_dir), "--nodes", "5,9", "--max-samples", str(SAMPLES),
+                        "--batch-size", str(SAMPLES), "--json", str(out_json)]) == 0
+  printed = capsys.readouterr().out.strip().splitlines()
+  assert [line.split(" score=")[0] for line in printed[-2:]] == [
+      f"bfs sampled nodes=5 samples={SAMPLES}", f"bfs sampled nodes=9 samples={SAMPLES}"]
+  scores = json.loads(out_json.read_text())["scores"]
+  for entry, n in zip(scores, (5, 9)):
+    graphs = evaluate.sample_graphs(ALGORITHM, n, SAMPLES, evaluate.DEFAULT_SAMPLE_SEED)
+    expected = train.evaluate_split(net, params, graphs, 0, SAMPLES, with_hints=False)
+    assert (entry["nb_nodes"], entry["seed"]) == (n, evaluate.DEFAULT_SAMPLE_SEED)
+    assert entry["score"] == expected["score"] and entry["num_samples"] == SAMPLES
+
+
+def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
+  """Once train.py saves `<run>/params.npz` (state['best_params']), scoring it again gives
+  the run's own test_score: the kept model is the tested one."""
+  import inspect
+
+  from nar_markov import evaluate
+  from nar_markov import train
+
+  if "params_io" not in inspect.getsource(train):
+    pytest.skip("train.py does not save params.npz yet")
+  result = train.run_experiment(
+      algorithm=ALGORITHM, seed=0, model="gforget", results_dir=str(tmp_path),
+      train_steps=20, hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
+      eval_every_steps=10, log_every_steps=5, checkpoint_every_steps=100,
+      val_max_samples=16, test_max_samples=8, lambda_gate=0.01, progress=False)
+  run_dir = tmp_path / "gforget" / ALGORITHM / "seed0"
+  _, _, meta = params_io.load_params(run_dir / "params.npz")
+  assert meta["algorithm"] == ALGORITHM and meta["seed"] == 0
+  out = evaluate.evaluate_run(run_dir, split="test", max_samples=8)
+  assert out["scores"][0]["score"] == result["test_score"]
+
+
+def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_dir):
+  """Saved with meta['algorithms'] (the algorithm_index order) and nb_dims per algorithm."""
+  from nar_markov import data
+  from nar_markov import evaluate
+  from nar_markov import model as model_lib
+  from nar_markov import train
+
+  algorithms = [ALGORITHM, "minimum"]
+  vals = [data.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]
+  nb_dims = [model_lib.nb_dims_of(v) for v in vals]
+  config = model_lib.NetConfig(hidden_size=8, nb_triplet_fts=4, history="none")
+  net = train.Model([data.get_spec(a) for a in algorithms], nb_dims, config,
+                    train.make_optimizer(1e-3, 10, 1.0))
+  params, _ = net.init_state(
+      1, [next(iter(data.eval_batches(v, 8)))[0].features for v in vals])
+  run_dir = tmp_path / "forget_multitask" / ALGORITHM / "seed1"
+  params_io.save_params(run_dir / "params.npz", params, dataclasses.asdict(config),
+                        {"algorithm": ALGORITHM, "algorithms": algorithms, "nb_dims": nb_dims,
+                         "model": "forget_multitask", "seed": 1})
+  test = data.load_split("minimum", "test", cache_dir=str(data_cache_dir))
+  expected = train.evaluate_split(net, params, test, 1, SAMPLES, with_hints=False,
+                                  max_samples=SAMPLES)
+  out = evaluate.evaluate_run(run_dir, algorithm="minimum", max_samples=SAMPLES,
+                              batch_size=SAMPLES, log=lambda *_: None)
+  assert out["algorithms"] == algorithms and out["algorithm"] == "minimum"
+  assert out["scores"][0]["score"] == expected["score"]
+  with pytest.raises(ValueError, match="not 'dfs'"):
+    evaluate.evaluate_run(run_dir, algorithm="dfs", max_samples=SAMPLES)
