@@ -257,8 +257,11 @@ def submit_slurm(executor, runs, manifest, resources: dict,
     by_dependency.setdefault(after.get(group[0].algorithm), []).append(group)
   extra = dict(resources.get("slurm_additional_parameters", {}))
   for dependency, dep_groups in by_dependency.items():
+    # A failed calibration cancels its algorithm's runs (Slurm would otherwise
+    # keep them pending forever with DependencyNeverSatisfied).
     executor.update_parameters(slurm_additional_parameters=dict(
-        extra, **({"dependency": f"afterok:{dependency}"} if dependency else {})))
+        extra, **({"dependency": f"afterok:{dependency}", "kill-on-invalid-dep": "yes"}
+                  if dependency else {})))
     # One array per MAX_ARRAY_SIZE jobs (one array for any single-model sweep).
     for start in range(0, len(dep_groups), cluster.MAX_ARRAY_SIZE):
       chunk = dep_groups[start:start + cluster.MAX_ARRAY_SIZE]

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from nar_markov import params_io
 
-PARAMS_NAME = "params.npz"
+PARAMS_NAME = "params.npz"  # = nar_markov.train.PARAMS_NAME (train imports jax)
 RESULT_NAME = "result.json"
 # The official test split's seed is 3 (clrs.CLRS30); fresh graphs use another by default.
 DEFAULT_SAMPLE_SEED = 4

@@ -79,6 +79,7 @@ Entry points
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import pickle
@@ -94,6 +95,7 @@ import optax
 
 from nar_markov import data
 from nar_markov import model as model_lib
+from nar_markov import params_io
 from nar_markov import train
 
 if __name__ == "__main__":
@@ -503,6 +505,12 @@ def run_multitask_experiment(*,
     }
     out_dir = result_paths[alg].parent
     train.atomic_write_bytes(out_dir / "config.gin", config_gin)
+    if has_best:
+      # The shared model's best parameters, beside each algorithm's result.
+      params_io.save_params(
+          out_dir / train.PARAMS_NAME, state["best_params"], dataclasses.asdict(config),
+          {"algorithm": alg, "algorithms": list(algorithms), "nb_dims": nb_dims,
+           "model": model, "seed": int(seed), "step": state["best_step"]})
     train.atomic_write_bytes(result_paths[alg], json.dumps(
         train.jsonable(result), indent=1).encode())  # pylint: disable=protected-access
     results[alg] = result

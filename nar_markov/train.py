@@ -43,6 +43,7 @@ from nar_markov import calibrate as calibrate_lib
 from nar_markov import data
 from nar_markov import fastnet
 from nar_markov import model as model_lib
+from nar_markov import params_io
 
 # Model name -> history policy.  `gforget_constant` is G-ForgetNet under the
 # other reading of the lambda heuristic (gin/gforget_constant.gin);
@@ -64,6 +65,7 @@ CHECKPOINT_NAME = "checkpoint.pkl"
 # the same seed continues under the schedule reading (nar_markov/calibrate.py).
 FINAL_STATE_NAME = "final_state.pkl"
 RESULT_NAME = "result.json"
+PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
 
 
 def run_dir(results_dir, model: str, algorithm: str, seed: int) -> pathlib.Path:
@@ -230,6 +232,7 @@ class Model:
   def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
                optimizer: optax.GradientTransformation):
     self.specs = list(specs_)
+    self.nb_dims = list(nb_dims)
     self.config = config
     self.optimizer = optimizer
 
@@ -872,6 +875,15 @@ class _SeedRun:
         "versions": package_versions(),
         "gin_config": job.gin_str,
     }
+    if state["best_params"] is not None:
+      # The best-validation parameters, kept: python -m nar_markov.evaluate <run dir>.
+      params_io.save_params(
+          self.out_dir / PARAMS_NAME, state["best_params"],
+          dataclasses.asdict(job.net.config),
+          {"algorithm": job.algorithm, "model": job.model, "seed": self.seed,
+           "step": state["best_step"], "val_score": state["best_val"],
+           "test_score": result["test_score"], "lambda_gate": job.lam,
+           "nb_dims": job.net.nb_dims[0]})
     atomic_write_bytes(self.result_path, json.dumps(jsonable(result), indent=1).encode())
     if self.ckpt_path.exists():
       self.ckpt_path.unlink()

@@ -329,3 +329,66 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
   assert f"Requeued job {jobs[1]['job_id']}" in log1
   resumed = re.findall(r"resuming baseline/bfs/seed1 from step (\d+)", log1)
   assert len(resumed) == 1 and 10 <= int(resumed[0]) < train_steps, log1[-3000:]
+
+
+GFORGET_SWEEP = ["--gin", "gin/gforget.gin", "--gin", "gin/smoke.gin",
+                 "--gin_param", "ALGORITHMS=['bfs','insertion_sort']",
+                 "--gin_param", "SEEDS=[0,1]"] + SMALL_JOBS
+
+
+def _scontrol_dependency(job_id: str) -> str:
+  out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                       text=True, check=False).stdout
+  m = re.search(r"Dependency=(\S+)", out)
+  return m.group(1) if m else ""
+
+
+def test_gforget_sweep_calibrates_first_and_each_task_waits_for_its_algorithm(
+    slurm, sweep_env, tmp_path):
+  """One command: a calibration array, then per algorithm an array whose tasks
+  depend (afterok) on that algorithm's calibration task; the runs read lambda
+  from the records; a rerun submits nothing."""
+  results = tmp_path / "results"
+  proc = _sweep(GFORGET_SWEEP + ["--cluster", "slurm", "--results", str(results)],
+                sweep_env, tmp_path)
+  try:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert ("stage 1, lambda calibration (schedule reading): 2 algorithms to calibrate, "
+            "0 calibrated, 0 calibrating") in out
+    calib = dict(re.findall(r"^  (\d+_\d+)\s+calibrate/(\w+)$", out, re.M))
+    assert sorted(calib.values()) == ["bfs", "insertion_sort"], out
+    task_of = {alg: task for task, alg in calib.items()}
+    runs = re.findall(r"^  (\d+_\d+)\s+gforget/(\w+)/seed(\d)  \(after (\d+_\d+)\)$", out, re.M)
+    assert len(runs) == 4, out
+    for job_id, alg, _, after in runs:
+      assert after == task_of[alg]
+      dependency = _scontrol_dependency(job_id)
+      # Pending: afterok on its own algorithm's calibration task (Slurm prints
+      # the task as <array>_<index>, or drops it once satisfied).
+      assert dependency in ("(null)", "") or f"afterok:{after}" in dependency, dependency
+    _wait_for_sweep(results, expected_runs=4)
+  finally:
+    _cancel_jobs(results)
+    ids = sorted({t.split("_")[0] for t in calib}) if proc.returncode == 0 else []
+    if ids:
+      subprocess.run(["scancel"] + ids, capture_output=True, check=False)
+  for alg in ("bfs", "insertion_sort"):
+    record = json.loads((results / "_calibration" / "schedule" / f"{alg}.json").read_text())
+    for seed in (0, 1):
+      r = _load(results, "gforget", alg, seed)
+      info = r["lambda_calibration"]
+      assert info["source"] == "calibration record" and r["lambda_gate"] == record["lambda"]
+      assert r["penalty_start_step"] == record["calibration_step"] == 12
+      # Seed 0 was a calibration seed (gin/smoke.gin): its run continued from there.
+      assert ("continued_from" in info) == (seed == 0)
+  again = _sweep(GFORGET_SWEEP + ["--cluster", "slurm", "--results", str(results)],
+                 sweep_env, tmp_path)
+  assert again.returncode == 0, again.stderr
+  assert again.stdout.splitlines()[:2] == [
+      "sweep gforget: 4 runs (2 algorithms x 2 seeds) on slurm; 0 runs to submit, 4 already done",
+      "stage 1, lambda calibration (schedule reading): 0 algorithms to calibrate, "
+      "2 calibrated, 0 calibrating"]
+  status = _sweep(["--status", "--results", str(results)], sweep_env, tmp_path)
+  assert "lambda calibrations" in status.stdout
+  assert re.search(r"schedule\s+insertion_sort\s+done: lambda = ", status.stdout), status.stdout

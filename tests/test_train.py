@@ -45,8 +45,13 @@ def test_tiny_run_improves_validation(tmp_path, model):
     assert min(curves["val"]["hidden_norm"][1:]) > 0.0
   if model == "gforget":
     assert min(curves["train"]["gate_term"]) > 0.0
-    np.testing.assert_allclose(curves["train"]["gate_penalty"],
-                               0.01 * np.array(curves["train"]["gate_term"]), rtol=1e-4)
+    # The default reading of the lambda heuristic ('schedule'): no penalty
+    # before 0.6 of the schedule, lambda * G from there on.
+    assert result["penalty_start_step"] == 60
+    assert result["lambda_calibration"]["source"] == "bound by hand"
+    steps = np.array(curves["train"]["step"])
+    expected = np.where(steps > 60, 0.01 * np.array(curves["train"]["gate_term"]), 0.0)
+    np.testing.assert_allclose(curves["train"]["gate_penalty"], expected, rtol=1e-4)
 
 
 def _params(path):
