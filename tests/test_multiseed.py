@@ -165,7 +165,7 @@ def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
                                  **TINY)
   assert results[1]["status"] == "diverged"
   assert results[1]["diverged_step"] == 1 and results[1]["steps"] == 1
-  assert results[1]["test_score"] is None
+  assert results[1]["test_score"] is not None  # tested on its best (step 0) parameters
   assert _on_disk(tmp_path, 1)["status"] == "diverged"
   for s in (0, 2):
     assert_same_result(results[s], separate[s])
