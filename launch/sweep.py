@@ -44,6 +44,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: `python launch/sweep.py`
   sys.path.insert(0, str(REPO_ROOT))
 
 from launch import status as status_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nar_markov import quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 class UsageError(Exception):
@@ -66,6 +67,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                  help="list the runs to submit and those skipped; submit nothing")
   p.add_argument("--status", action="store_true",
                  help="report done/diverged/running/failed/missing per model x algorithm")
+  quiet.add_flag(p)
   return p.parse_args(argv)
 
 
@@ -367,4 +369,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+  quiet.setup()  # before anything imports clrs/tensorflow
   sys.exit(main())

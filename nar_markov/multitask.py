@@ -87,6 +87,10 @@ import time
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
+  from nar_markov import quiet  # pylint: disable=g-import-not-at-top
+  quiet.setup()
+
 import gin
 import jax
 import numpy as np
@@ -94,6 +98,7 @@ import optax
 
 from nar_markov import data
 from nar_markov import model as model_lib
+from nar_markov import quiet
 from nar_markov import train
 
 if __name__ == "__main__":
@@ -527,6 +532,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="gin binding (repeatable)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--results", default="results")
+  quiet.add_flag(parser)
   args = parser.parse_args(argv)
   paths = run_multitask_from_gin(args.gin or ["gin/multitask.gin"], args.gin_param,
                                  seed=args.seed, results_dir=args.results)
