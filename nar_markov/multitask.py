@@ -97,6 +97,7 @@ import numpy as np
 import optax
 
 from nar_markov import data
+from nar_markov import devices
 from nar_markov import model as model_lib
 from nar_markov import quiet
 from nar_markov import train
@@ -494,6 +495,7 @@ def run_multitask_experiment(*,
         "eval_time_s": t_eval,
         "steps_per_s": steps_done / max(t_train, 1e-9),
         "versions": train.package_versions(),
+        "device": devices.describe_backend(),
         "gin_config": gin_str,
     }
     out_dir = result_paths[alg].parent
