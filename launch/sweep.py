@@ -320,6 +320,9 @@ def cmd_sweep(args, argv) -> int:
       print(f"slurm resources per {per}: {describe_resources(resources)}")
     print(f"gin: {' '.join(runs[0].gin_files)}"
           + "".join(f" --gin_param {shlex.quote(p)}" for p in runs[0].gin_params))
+    from nar_markov import cost  # pylint: disable=g-import-not-at-top
+    print(cost.format_estimate(cost.count_by_algorithm(r.algorithm for r in todo),
+                               cost.settings_from_gin()))
     print("dry run: nothing submitted")
     return 0
   if not todo:

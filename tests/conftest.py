@@ -7,6 +7,10 @@ import pathlib
 import textwrap
 
 import pytest
+# Imported before any test captures output: submitit's logger keeps the sys.stderr
+# it finds at import, which inside a capsys test is a stream closed after it (the
+# session then dies with "lost sys.stderr").
+import submitit  # noqa: F401  pylint: disable=unused-import
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,6 @@ if str(REPO_ROOT) not in sys.path:
   sys.path.insert(0, str(REPO_ROOT))
 
 from launch import sweep  # pylint: disable=wrong-import-position
-# Imported here, not first inside a test: submitit's logger keeps the sys.stderr it
-# finds at import, which under capsys is a stream closed after that test.
-from nar_markov import cluster  # pylint: disable=wrong-import-position,unused-import
 
 GPU_SWEEP = ["--gin", "gin/baseline.gin", "--gin", "gin/slurm_gpu.gin",
              "--gin", "gin/smoke.gin", "--gin_param", "ALGORITHMS=['bfs']",
