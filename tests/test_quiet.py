@@ -31,9 +31,11 @@ def _run(args, tmp_path):
     ["-m", "nar_markov.data", "--algorithm", "bfs", "--split", "train"],
     ["-m", "nar_markov.multitask", "--help"],
     ["-m", "nar_markov.bench", "--algorithms", "no_such_algorithm"],
+    ["-m", "nar_markov.bench_seeds", "--algorithm", "no_such_algorithm"],
     ["analysis/make_tables.py", "--results", str(ANALYSIS_RESULTS),
      "--out", "{tmp}/tables"],
-], ids=["sweep-dry-run", "sweep-status", "data", "multitask", "bench", "make_tables"])
+], ids=["sweep-dry-run", "sweep-status", "data", "multitask", "bench", "bench_seeds",
+        "make_tables"])
 def test_entry_points_print_no_start_up_banners(args, tmp_path):
   args = [a.format(tmp=tmp_path) for a in args]
   proc = _run(args, tmp_path)
