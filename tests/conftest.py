@@ -12,6 +12,12 @@ import pytest
 # session then dies with "lost sys.stderr").
 import submitit  # noqa: F401  pylint: disable=unused-import
 
+from nar_markov import quiet
+
+# TensorFlow's start-up banners stay out of the test log (NAR_MARKOV_VERBOSE=1 keeps
+# them); pytest's own -v is not ours.
+quiet.setup([])
+
 
 @pytest.fixture(scope="session")
 def data_cache_dir(tmp_path_factory) -> pathlib.Path:
