@@ -52,6 +52,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: `python launch/sweep.py`
   sys.path.insert(0, str(REPO_ROOT))
 
 from launch import status as status_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nar_markov import quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 class UsageError(Exception):
@@ -74,6 +75,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                  help="list the runs to submit and those skipped; submit nothing")
   p.add_argument("--status", action="store_true",
                  help="report done/diverged/running/failed/missing per model x algorithm")
+  quiet.add_flag(p)
   return p.parse_args(argv)
 
 
@@ -455,6 +457,9 @@ def cmd_sweep(args, argv) -> int:
       print(f"slurm resources per {per}: {describe_resources(resources)}")
     print(f"gin: {' '.join(runs[0].gin_files)}"
           + "".join(f" --gin_param {shlex.quote(p)}" for p in runs[0].gin_params))
+    from nar_markov import cost  # pylint: disable=g-import-not-at-top
+    print(cost.format_estimate(cost.count_by_algorithm(r.algorithm for r in todo),
+                               cost.settings_from_gin()))
     print("dry run: nothing submitted")
     return 0
   if not todo:
@@ -522,4 +527,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+  quiet.setup()  # before anything imports clrs/tensorflow
   sys.exit(main())

@@ -71,12 +71,17 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
+  from nar_markov import quiet  # pylint: disable=g-import-not-at-top
+  quiet.setup()
+
 import clrs
 import jax
 import numpy as np
 
 from nar_markov import data
 from nar_markov import model as model_lib
+from nar_markov import quiet
 from nar_markov import train
 
 SCHEMA = "nar_markov.bench/1"
@@ -768,6 +773,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--worker", choices=("compile", "ood"), help=argparse.SUPPRESS)
   p.add_argument("--impl", choices=("ours", "clrs"), help=argparse.SUPPRESS)
   p.add_argument("--worker-out", help=argparse.SUPPRESS)
+  quiet.add_flag(p)
   return p
 
 

@@ -42,11 +42,16 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
+  from nar_markov import quiet  # pylint: disable=g-import-not-at-top
+  quiet.setup()
+
 import jax
 import numpy as np
 
 from nar_markov import data
 from nar_markov import model as model_lib
+from nar_markov import quiet
 from nar_markov import train
 
 SCHEMA = "nar_markov.bench_seeds/1"
@@ -253,6 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--model", default="baseline", help=f"one of {sorted(train.MODELS)}")
   p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
   p.add_argument("--out", default=None, help="JSON report path")
+  quiet.add_flag(p)
   args = p.parse_args(argv)
   train.setup_compilation_cache()
   try:

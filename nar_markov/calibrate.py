@@ -70,6 +70,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 
+from nar_markov import quiet
+
 READINGS = ("schedule", "constant")
 RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
 CALIBRATION_DIR = "_calibration"
@@ -538,6 +540,7 @@ def format_records(results_dir) -> str:
 
 
 def main(argv=None) -> int:
+  quiet.setup(argv)  # before training imports clrs/tensorflow: no start-up banners
   parser = argparse.ArgumentParser(prog="python -m nar_markov.calibrate",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--gin", action="append", default=[], metavar="FILE")
@@ -546,6 +549,7 @@ def main(argv=None) -> int:
                       help="algorithm to calibrate (repeatable)")
   parser.add_argument("--results", default="results")
   parser.add_argument("--show", action="store_true", help="list the records and exit")
+  quiet.add_flag(parser)
   args = parser.parse_args(argv)
   try:
     results = check_results_dir(args.results)

@@ -103,10 +103,16 @@ import time
 import warnings
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
+if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
+  from nar_markov import quiet  # pylint: disable=g-import-not-at-top
+  quiet.setup()
+
 import clrs
 from clrs._src import samplers as clrs_samplers
 import gin
 import numpy as np
+
+from nar_markov import quiet
 
 ALGORITHMS: Tuple[str, ...] = tuple(clrs.specs.CLRS_30_ALGS)
 SPLITS = ("train", "val", "test")
@@ -718,6 +724,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--cache-dir", default=None,
                       help="default: $NAR_MARKOV_CACHE, gin, ~/.cache/nar_markov")
   parser.add_argument("--seed", type=int, default=0, help="train split only")
+  quiet.add_flag(parser)
   args = parser.parse_args(argv)
 
   if args.all:

@@ -88,14 +88,20 @@ import time
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
+  from nar_markov import quiet  # pylint: disable=g-import-not-at-top
+  quiet.setup()
+
 import gin
 import jax
 import numpy as np
 import optax
 
 from nar_markov import data
+from nar_markov import devices
 from nar_markov import model as model_lib
 from nar_markov import params_io
+from nar_markov import quiet
 from nar_markov import train
 
 if __name__ == "__main__":
@@ -501,6 +507,7 @@ def run_multitask_experiment(*,
         "eval_time_s": t_eval,
         "steps_per_s": steps_done / max(t_train, 1e-9),
         "versions": train.package_versions(),
+        "device": devices.describe_backend(),
         "gin_config": gin_str,
     }
     out_dir = result_paths[alg].parent
@@ -545,6 +552,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="gin binding (repeatable)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--results", default="results")
+  quiet.add_flag(parser)
   args = parser.parse_args(argv)
   paths = run_multitask_from_gin(args.gin or ["gin/multitask.gin"], args.gin_param,
                                  seed=args.seed, results_dir=args.results)

@@ -41,6 +41,7 @@ import optax
 
 from nar_markov import calibrate as calibrate_lib
 from nar_markov import data
+from nar_markov import devices
 from nar_markov import fastnet
 from nar_markov import model as model_lib
 from nar_markov import params_io
@@ -873,6 +874,7 @@ class _SeedRun:
         "eval_time_s": eval_time,
         "steps_per_s": steps_done / max(train_time, 1e-9),
         "versions": package_versions(),
+        "device": devices.describe_backend(),
         "gin_config": job.gin_str,
     }
     if state["best_params"] is not None:

@@ -7,6 +7,16 @@ import pathlib
 import textwrap
 
 import pytest
+# Imported before any test captures output: submitit's logger keeps the sys.stderr
+# it finds at import, which inside a capsys test is a stream closed after it (the
+# session then dies with "lost sys.stderr").
+import submitit  # noqa: F401  pylint: disable=unused-import
+
+from nar_markov import quiet
+
+# TensorFlow's start-up banners stay out of the test log (NAR_MARKOV_VERBOSE=1 keeps
+# them); pytest's own -v is not ours.
+quiet.setup([])
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +46,8 @@ def _write_exe(path: pathlib.Path, text: str) -> None:
 
 @pytest.fixture
 def fake_slurm(tmp_path, monkeypatch):
-  """sbatch/squeue stand-ins on PATH: sbatch keeps each script it is given and
-  answers job 4242, 4243, ...; squeue prints the file `squeue.out`."""
+  """sbatch/squeue/srun stand-ins on PATH: sbatch keeps each script it is given
+  and answers job 4242, 4243, ...; squeue prints the file `squeue.out`."""
   bin_dir = tmp_path / "fake_bin"
   bin_dir.mkdir()
   calls = tmp_path / "sbatch_calls"
@@ -47,6 +57,9 @@ def fake_slurm(tmp_path, monkeypatch):
       cp "$1" {calls}/script_$n.sh
       echo "Submitted batch job $((4242 + n))"
       """)
+  # submitit's SlurmExecutor refuses to start without `srun` on PATH; the fake
+  # sbatch only keeps the script, so nothing ever calls it.
+  _write_exe(bin_dir / "srun", 'echo "fake srun: never called" >&2; exit 1\n')
   squeue_out = tmp_path / "squeue.out"
   squeue_out.write_text("")
   _write_exe(bin_dir / "squeue", f"cat {squeue_out}\n")

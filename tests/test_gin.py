@@ -13,7 +13,7 @@ GIN_DIR = config.GIN_DIR
 SMOKE = ["run_experiment.train_steps = 2", "run_experiment.eval_every_steps = 2",
          "run_experiment.val_max_samples = 4", "run_experiment.test_max_samples = 4"]
 # Overlays and data-only files are run on top of a model file.
-OVERLAYS = {"smoke.gin", "local.gin"}
+OVERLAYS = {"smoke.gin", "local.gin", "slurm_gpu.gin", "reduced1500.gin"}
 
 
 def _shipped():

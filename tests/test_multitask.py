@@ -12,6 +12,7 @@ import pytest
 
 from nar_markov import config as config_lib
 from nar_markov import data
+from nar_markov import devices
 from nar_markov import model as model_lib
 from nar_markov import multitask
 from nar_markov import train
@@ -100,6 +101,7 @@ def test_every_algorithm_learns_and_gets_its_result(runs):
     assert on_disk["multitask_algorithms"] == list(ALGORITHMS)
     assert on_disk["train_lengths"] == LENGTHS[alg]
     assert on_disk["lambda_gate"] == LAMBDAS[alg]
+    assert on_disk["device"] == devices.describe_backend()
     assert 0.0 <= on_disk["test_score"] <= 1.0
     assert (path.parent / "config.gin").exists()
     curves = on_disk["curves"]

@@ -1,0 +1,227 @@
+"""A sweep's planned cost (runs x steps, hours, validation/test share, memory), without jax.
+
+`launch/sweep.py --dry-run` prints `format_estimate(...)`. The hours are ESTIMATES
+from CPU figures measured on this project's 2-core machine (`cost_cpu.json`); a
+GPU node is faster by an unmeasured factor, and `settings["steps_per_s"]` (a
+training speed you measured, e.g. from a first run's result.json) replaces the
+training-speed model.
+
+The model: a training step at n nodes costs k_alg * T(n) * n^2 seconds at batch
+32 and hidden 128 (T: the algorithm's hint-trajectory length,
+`clrs30_trajectory_lengths.json`), k_alg fitted to the measured step times of
+each train size (median k of the measured algorithms for the others), scaled
+linearly in batch and hidden; the train sizes are drawn equally often. An
+evaluation sample is forward only: EVAL_FRACTION of a training sample at its
+own n and T (validation: 16 nodes, every `eval_every_steps` and at the end;
+test: 64 nodes, once). EVAL_FRACTION comes from floyd_warshall's measured OOD
+test pass. Memory is a class, from the size of one step's [B, T, N, N, H]
+activations at the largest train size (not measured).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import pathlib
+import statistics
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+
+import gin
+
+_HERE = pathlib.Path(__file__).resolve().parent
+MEASURED_FILE = _HERE / "cost_cpu.json"
+TRAJECTORY_FILE = _HERE / "clrs30_trajectory_lengths.json"
+
+TRAIN_LENGTHS = (4, 7, 11, 13, 16)
+STRING_MATCHER_LENGTH = 20   # train and validation size of the string matchers
+VAL_NODES = 16
+TEST_NODES = 64
+# Compilations per run: the bench's warm-up (5 train shapes, 27-58 s) plus the
+# validation and test shapes.
+COMPILE_S_PER_RUN = 60.0
+# [B, N, N, H] float32 tensors a training step keeps per time step for the
+# backward pass (an assumption for the memory class, not a measurement).
+SAVED_TENSORS_PER_STEP = 4
+MEMORY_CLASSES = ((4.0, "small (< 4 GB)"), (16.0, "medium (4-16 GB)"),
+                  (float("inf"), "large (> 16 GB)"))
+
+
+@functools.lru_cache(maxsize=None)
+def measured() -> Dict[str, Any]:
+  return json.loads(MEASURED_FILE.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _trajectories() -> Dict[str, Any]:
+  return json.loads(TRAJECTORY_FILE.read_text())["algorithms"]
+
+
+def is_string_matcher(algorithm: str) -> bool:
+  return algorithm in ("naive_string_matcher", "kmp_matcher")
+
+
+def trajectory_length(algorithm: str, nb_nodes: int) -> float:
+  """T at n nodes: measured at the train sizes, interpolated (or extrapolated
+  linearly through the test size) elsewhere."""
+  t = _trajectories()[algorithm]
+  points = sorted((int(n), float(v)) for n, v in t["train_T"].items())
+  points.append((TEST_NODES, float(t["test_T"])))
+  points = sorted(dict(points).items())
+  if nb_nodes <= points[0][0]:
+    return points[0][1] * nb_nodes / points[0][0]
+  for (n0, t0), (n1, t1) in zip(points, points[1:]):
+    if nb_nodes <= n1:
+      return t0 + (t1 - t0) * (nb_nodes - n0) / (n1 - n0)
+  (n0, t0), (n1, t1) = points[-2], points[-1]
+  return t1 + (t1 - t0) * (nb_nodes - n1) / (n1 - n0)
+
+
+@functools.lru_cache(maxsize=None)
+def _fitted_k() -> Dict[str, float]:
+  """k_alg (s per T * n^2 of one training step, batch 32, hidden 128)."""
+  out = {}
+  for alg, m in measured()["train_step"]["algorithms"].items():
+    times = {int(n): s for n, s in m["step_s_median_by_nb_nodes"].items()}
+    work = sum(trajectory_length(alg, n) * n**2 for n in times)
+    out[alg] = sum(times.values()) / work
+  return out
+
+
+def k_step(algorithm: str) -> float:
+  fitted = _fitted_k()
+  return fitted.get(algorithm, statistics.median(fitted.values()))
+
+
+def eval_fraction() -> float:
+  """Cost of an evaluation sample / a training sample at the same n and T."""
+  tp = measured()["test_pass"]
+  alg, n = tp["algorithm"], tp["nb_nodes"]
+  per_sample_train = k_step(alg) * trajectory_length(alg, n) * n**2 / 32
+  return tp["wall_s"] / (tp["samples"] * per_sample_train)
+
+
+def _clrs30_test_samples(algorithm: str) -> int:
+  return int(_trajectories()[algorithm]["test_n"])
+
+
+def estimate_run(algorithm: str, settings: Mapping[str, Any]) -> Dict[str, float]:
+  """Seconds of one run: train (compilation included), val, test; peak GB."""
+  steps = int(settings["train_steps"])
+  hidden = float(settings.get("hidden_size", 128))
+  batch = float(settings.get("batch_size", 32))
+  base = measured()["train_step"]
+  scale = (hidden / base["hidden_size"]) * (batch / base["batch_size"])
+  k = k_step(algorithm)
+  lengths = ([STRING_MATCHER_LENGTH] if is_string_matcher(algorithm)
+             else list(settings.get("train_lengths") or TRAIN_LENGTHS))
+  step_s = scale * statistics.mean(
+      k * trajectory_length(algorithm, n) * n**2 for n in lengths)
+  if settings.get("steps_per_s"):
+    train_s = steps / float(settings["steps_per_s"])
+  else:
+    train_s = steps * step_s + COMPILE_S_PER_RUN
+
+  def eval_s(nb_nodes, samples):
+    per_sample = (k * trajectory_length(algorithm, nb_nodes) * nb_nodes**2
+                  / base["batch_size"] * hidden / base["hidden_size"])
+    return samples * per_sample * eval_fraction()
+
+  n_samples = _clrs30_test_samples(algorithm)   # val and test: 32 x multiplier
+  val_samples = min(n_samples, settings.get("val_max_samples") or n_samples)
+  test_samples = min(n_samples, settings.get("test_max_samples") or n_samples)
+  eval_every = int(settings.get("eval_every_steps") or steps)
+  n_evals = steps // eval_every + 1 + (1 if steps % eval_every else 0)
+  val_nodes = STRING_MATCHER_LENGTH if is_string_matcher(algorithm) else VAL_NODES
+  val_s = n_evals * eval_s(val_nodes, val_samples)
+  test_s = eval_s(TEST_NODES, test_samples)
+  n_max = max(lengths)
+  train_gb = (SAVED_TENSORS_PER_STEP * batch * trajectory_length(algorithm, n_max)
+              * n_max**2 * hidden * 4 / 1e9)
+  eval_gb = measured()["test_pass"]["peak_rss_mb"] / 1e3
+  return {"train_s": train_s, "val_s": val_s, "test_s": test_s,
+          "total_s": train_s + val_s + test_s, "peak_gb": max(train_gb + 1.0, eval_gb)}
+
+
+def memory_class(gb: float) -> str:
+  return next(label for limit, label in MEMORY_CLASSES if gb < limit)
+
+
+def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
+  """Runs to do per algorithm, in first-appearance order."""
+  return dict(collections.Counter(algorithms))
+
+
+def _query(keys: Sequence[str], default=None):
+  """The first bound gin value of `keys`, following macros (`x = %NAME`)."""
+  for key in keys:
+    try:
+      value = gin.query_parameter(key)
+    except ValueError:
+      continue
+    while (isinstance(value, gin.config.ConfigurableReference)
+           and value.configurable.name == "macro"):
+      value = gin.query_parameter(
+          f"{value.scoped_selector.rpartition('/')[0]}/macro.value")
+    return value
+  return default
+
+
+def settings_from_gin() -> Dict[str, Any]:
+  """The settings `estimate_run` reads, from the gin config parsed last."""
+  names = ["train_steps", "hidden_size", "batch_size", "train_lengths",
+           "eval_every_steps", "val_max_samples", "test_max_samples"]
+  out = {n: _query([f"run_experiment.{n}", f"run_multitask_experiment.{n}"])
+         for n in names}
+  out["seeds_per_job"] = _query(["SEEDS_PER_JOB/macro.value"], 1)
+  if isinstance(out["train_lengths"], dict):   # multi-task: per algorithm
+    out["train_lengths"] = None
+  return out
+
+
+def _h(seconds: float) -> str:
+  hours = seconds / 3600
+  return f"{hours:.2f}" if hours < 10 else f"{hours:,.0f}"
+
+
+def format_estimate(runs_by_algorithm: Mapping[str, int],
+                    settings: Mapping[str, Any]) -> str:
+  """The dry run's cost table: per algorithm and in total."""
+  runs_by_algorithm = {a: n for a, n in runs_by_algorithm.items() if n}
+  if not runs_by_algorithm:
+    return "planned cost: nothing to run"
+  steps = int(settings["train_steps"])
+  speed = (f"training at {float(settings['steps_per_s']):g} steps/s (given)"
+           if settings.get("steps_per_s") else
+           "training speed from CPU step times measured on this project's 2-core "
+           "x86_64 machine (no GPU)")
+  lines = [f"planned cost -- ESTIMATES, {speed}; nar_markov/cost_cpu.json says "
+           "where each figure comes from:",
+           f"  {'algorithm':<30}{'runs':>6}{'steps':>12}{'h/run':>8}{'train h':>9}"
+           f"{'val h':>8}{'test h':>8}{'total h':>9}{'val+test':>9}  memory"]
+  total = collections.Counter()
+  for alg, n in runs_by_algorithm.items():
+    e = estimate_run(alg, settings)
+    share = (e["val_s"] + e["test_s"]) / e["total_s"]
+    lines.append(
+        f"  {alg:<30}{n:>6}{n * steps:>12,}{_h(e['total_s']):>8}{_h(n * e['train_s']):>9}"
+        f"{_h(n * e['val_s']):>8}{_h(n * e['test_s']):>8}{_h(n * e['total_s']):>9}"
+        f"{share:>9.0%}  {memory_class(e['peak_gb'])}")
+    for key in ("train_s", "val_s", "test_s", "total_s"):
+      total[key] += n * e[key]
+    total["runs"] += n
+  share = (total["val_s"] + total["test_s"]) / total["total_s"]
+  lines.append(
+      f"  {'total':<30}{total['runs']:>6}{total['runs'] * steps:>12,}{'':>8}"
+      f"{_h(total['train_s']):>9}{_h(total['val_s']):>8}{_h(total['test_s']):>8}"
+      f"{_h(total['total_s']):>9}{share:>9.0%}")
+  k = int(settings.get("seeds_per_job") or 1)
+  if k > 1:
+    lines.append(f"  SEEDS_PER_JOB={k}: a job of K seeds takes about K x h/run on a CPU.")
+  observed = [v for by_model in measured()["sweep_runs"]["steps_per_s"].values()
+              for v in by_model.values()]
+  lines.append("  (hours of one process each; divide by the runs that run at once. "
+               "Validation on the full val split every eval_every_steps, test once "
+               f"at 64 nodes. Real 500-step runs on the same machine, busy and with older "
+               f"code, trained at {min(observed):g}-{max(observed):g} steps/s.)")
+  return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""Quiet start-up for command-line entry points: no TensorFlow/absl banners unless -v.
+
+dm-clrs imports TensorFlow for its dataset code. TensorFlow >= 2.20 logs through
+absl before `absl::InitializeLog()` is called, which writes straight to file
+descriptor 2 and ignores TF_CPP_MIN_LOG_LEVEL: every start printed
+
+  WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+  I0000 ... port.cc:153] oneDNN custom operations are on. ...
+  I0000 ... cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+
+(twice: two TensorFlow libraries), and dm-clrs's sampler adds the absl warning
+"Sampling dataset on-the-fly, unlimited samples." for every training stream.
+
+`setup()` must run before anything imports clrs or tensorflow. It installs an
+import hook that runs TensorFlow's import with file descriptor 2 captured, and
+writes back every captured line except the known banners (warnings, errors and
+anything unknown still show), and drops the listed absl messages. With -v /
+--verbose (or NAR_MARKOV_VERBOSE=1, which -v sets for child processes) it
+changes nothing and turns absl's Python logging up to INFO.
+
+  if __name__ == "__main__":   # before `import clrs`
+    from nar_markov import quiet
+    quiet.setup()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.util
+import logging
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator, Optional, Sequence
+
+ENV_VERBOSE = "NAR_MARKOV_VERBOSE"
+
+# Lines TensorFlow/XLA write to fd 2 while TensorFlow is imported that say nothing
+# about our runs (CPU builds; the cuFFT/cuDNN/cuBLAS ones on GPU hosts).
+_BANNERS = re.compile("|".join([
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called",
+    # absl/glog INFO lines: `I0000 00:00:1795368444.271320    3710 port.cc:153] ...`
+    r"^I\d{4} [\d:.]+\s+\d+ \S+:\d+\] ",
+    # TensorFlow's own INFO format: `2025-09-17 14:44:05.157831: I external/...`
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: I ",
+    r"Unable to register cu(FFT|DNN|BLAS) factory: Attempting to register factory",
+    r"computation placer already registered",
+    r"TF-TRT Warning: Could not find TensorRT",
+]))
+
+# absl (Python) log messages of dm-clrs that are expected in every run.
+NOISY_ABSL_MESSAGES = (
+    "Sampling dataset on-the-fly, unlimited samples.",
+)
+
+_installed = False
+
+
+def wants_verbose(argv: Optional[Sequence[str]] = None) -> bool:
+  """-v / --verbose in argv (default sys.argv), or NAR_MARKOV_VERBOSE=1."""
+  argv = sys.argv[1:] if argv is None else argv
+  flag = any(a == "--verbose" or re.fullmatch(r"-v+", a) for a in argv)
+  return flag or os.environ.get(ENV_VERBOSE) == "1"
+
+
+def add_flag(parser) -> None:
+  """The -v / --verbose flag `setup()` reads, on an argparse parser."""
+  parser.add_argument("-v", "--verbose", action="store_true",
+                      help="show library start-up messages (TensorFlow, absl INFO)")
+
+
+def is_banner(line: str) -> bool:
+  return bool(_BANNERS.search(line))
+
+
+@contextlib.contextmanager
+def filtered_stderr() -> Iterator[None]:
+  """Captures file descriptor 2 and writes back all but the banner lines."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      text = captured.read().decode("utf-8", errors="replace")
+      kept = [l for l in text.splitlines(keepends=True) if not is_banner(l)]
+      if kept:
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()
+
+
+class _QuietImport(importlib.abc.MetaPathFinder):
+  """Runs the import of the named top-level modules inside `filtered_stderr`."""
+
+  def __init__(self, names: Sequence[str]):
+    self._names = set(names)
+    self._busy = False
+
+  def find_spec(self, fullname, path, target=None):  # pylint: disable=unused-argument
+    if fullname not in self._names or self._busy:
+      return None
+    self._busy = True
+    try:
+      spec = importlib.util.find_spec(fullname)  # the other finders' answer
+    finally:
+      self._busy = False
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+      return None
+    exec_module = spec.loader.exec_module
+
+    def quiet_exec_module(module):
+      with filtered_stderr():
+        exec_module(module)
+
+    spec.loader.exec_module = quiet_exec_module  # this spec's loader only
+    return spec
+
+
+class _DropMessages(logging.Filter):
+
+  def __init__(self, messages: Sequence[str]):
+    super().__init__()
+    self._messages = set(messages)
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return record.msg not in self._messages
+
+
+def setup(argv: Optional[Sequence[str]] = None) -> bool:
+  """Silences the start-up banners unless -v; returns whether verbose.
+
+  Call first thing in an entry point, before clrs/tensorflow are imported.
+  Idempotent; affects this process only (and, with -v, NAR_MARKOV_VERBOSE=1 in
+  the environment children inherit).
+  """
+  global _installed
+  verbose = wants_verbose(argv)
+  if verbose:
+    os.environ[ENV_VERBOSE] = "1"
+    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+    absl_logging.set_verbosity(absl_logging.INFO)
+    return True
+  if _installed:
+    return False
+  _installed = True
+  # TensorFlow's C++ INFO logs after absl::InitializeLog (older TF: all of them).
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+  if "tensorflow" not in sys.modules:
+    sys.meta_path.insert(0, _QuietImport(["tensorflow"]))
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  # absl's own logger object (creating "absl" first with the logging module would
+  # give absl a plain Logger).
+  absl_logging.get_absl_logger().addFilter(_DropMessages(NOISY_ABSL_MESSAGES))
+  return False

@@ -1,0 +1,97 @@
+"""The dry run's planned cost (nar_markov/cost.py): consistent with its inputs and
+the measured figures it cites, and importable without jax."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from nar_markov import cost
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROTOCOL = {"train_steps": 10000, "hidden_size": 128, "batch_size": 32,
+            "train_lengths": [4, 7, 11, 13, 16], "eval_every_steps": 50,
+            "val_max_samples": None, "test_max_samples": None}
+
+
+def test_cost_imports_neither_jax_nor_clrs():
+  code = ("import sys; from nar_markov import cost; "
+          "print(cost.format_estimate({'bfs': 2}, {'train_steps': 100})); "
+          "print(sorted(m for m in ('jax', 'clrs', 'tensorflow') if m in sys.modules))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=120, check=True)
+  assert proc.stdout.splitlines()[-1] == "[]"
+  assert "bfs" in proc.stdout
+
+
+def test_trajectory_lengths_are_the_measured_ones():
+  table = json.loads(cost.TRAJECTORY_FILE.read_text())["algorithms"]
+  assert cost.trajectory_length("bubble_sort", 64) == table["bubble_sort"]["test_T"] == 2017
+  assert cost.trajectory_length("bfs", 16) == table["bfs"]["train_T"]["16"]
+  assert cost.trajectory_length("insertion_sort", 40) == 40   # T = n at 16 and at 64
+
+
+@pytest.mark.parametrize("algorithm", ["bfs", "insertion_sort", "dfs", "floyd_warshall"])
+def test_training_model_reproduces_the_measured_speed(algorithm):
+  m = cost.measured()["train_step"]["algorithms"][algorithm]
+  e = cost.estimate_run(algorithm, dict(PROTOCOL, eval_every_steps=10**9))
+  steps_per_s = 10000 / (e["train_s"] - cost.COMPILE_S_PER_RUN)
+  # The bench drew the five sizes about equally often; its mean is over those steps.
+  assert steps_per_s == pytest.approx(m["steps_per_s_mean"], rel=0.2)
+
+
+def test_test_pass_model_reproduces_the_measured_test_pass():
+  tp = cost.measured()["test_pass"]
+  e = cost.estimate_run(tp["algorithm"], PROTOCOL)
+  assert e["test_s"] == pytest.approx(tp["wall_s"], rel=1e-6)
+
+
+def test_numbers_follow_the_inputs():
+  base = cost.estimate_run("bubble_sort", PROTOCOL)
+  given = cost.estimate_run("bubble_sort", dict(PROTOCOL, steps_per_s=2.5))
+  assert given["train_s"] == pytest.approx(10000 / 2.5)
+  assert given["val_s"] == base["val_s"] and given["test_s"] == base["test_s"]
+  # 201 validations (steps 0, 50, ..., 10000) vs 101.
+  half = cost.estimate_run("bubble_sort", dict(PROTOCOL, eval_every_steps=100))
+  assert base["val_s"] / half["val_s"] == pytest.approx(201 / 101)
+  fewer = cost.estimate_run("bubble_sort", dict(PROTOCOL, test_max_samples=8))
+  assert fewer["test_s"] == pytest.approx(base["test_s"] / 4)   # 32 test graphs -> 8
+  double = cost.estimate_run("bubble_sort", dict(PROTOCOL, batch_size=64))
+  assert double["train_s"] - cost.COMPILE_S_PER_RUN == pytest.approx(
+      2 * (base["train_s"] - cost.COMPILE_S_PER_RUN))
+  # bubble_sort's test trajectories (T = 2,017 at 64 nodes) make its test pass
+  # costlier than insertion_sort's (T = 64) by about that ratio x their k.
+  ins = cost.estimate_run("insertion_sort", PROTOCOL)
+  ratio = (2017 * cost.k_step("bubble_sort")) / (64 * cost.k_step("insertion_sort"))
+  assert base["test_s"] / ins["test_s"] == pytest.approx(ratio)
+
+
+def test_format_estimate_totals_are_the_sum_of_the_rows():
+  runs = {"bfs": 10, "quickselect": 3}
+  text = cost.format_estimate(runs, PROTOCOL)
+  assert "ESTIMATES" in text and "cost_cpu.json" in text
+  rows = {l.split()[0]: l.split() for l in text.splitlines()[2:5]}
+  assert rows["bfs"][1:3] == ["10", "100,000"] and rows["quickselect"][1:3] == ["3", "30,000"]
+  assert rows["total"][1:3] == ["13", "130,000"]
+  per = {a: cost.estimate_run(a, PROTOCOL) for a in runs}
+  total_h = sum(n * per[a]["total_s"] for a, n in runs.items()) / 3600
+  assert float(rows["total"][6].replace(",", "")) == pytest.approx(total_h, abs=0.6)
+  # quickselect: 2,048 val graphs at every validation dominate its time.
+  assert int(rows["quickselect"][8].rstrip("%")) > 50
+  assert cost.format_estimate({}, PROTOCOL) == "planned cost: nothing to run"
+
+
+def test_dry_run_prints_the_estimate(tmp_path, capsys):
+  sys.path.insert(0, str(REPO_ROOT))
+  from launch import sweep  # pylint: disable=g-import-not-at-top
+  rc = sweep.main(["--gin", "gin/forget.gin", "--gin_param", "ALGORITHMS=['bfs','dfs']",
+                   "--gin_param", "SEEDS=[0,1,2]", "--dry-run", "--cluster", "local",
+                   "--results", str(tmp_path)])
+  lines = capsys.readouterr().out.splitlines()
+  assert rc == 0
+  assert lines[-1] == "dry run: nothing submitted"
+  assert any(l.startswith("planned cost -- ESTIMATES") for l in lines)
+  assert [l.split()[:3] for l in lines if l.split()[:1] in (["bfs"], ["dfs"], ["total"])] == [
+      ["bfs", "3", "30,000"], ["dfs", "3", "30,000"], ["total", "6", "60,000"]]
