@@ -33,8 +33,8 @@ CONSTANT_LR_HORIZON = 10**9
 # are O(1)).  Adam scales a gradient g by 1 / (|g| + 1e-8): where the gradient
 # is zero up to round-off (the bias of a pointer decoder's last Linear, which
 # the softmax does not see) it moves by up to lr * round-off / 1e-8.  In float32
-# that is a full +-lr step per step, which is why the test runs in float64,
-# where it is ~1e-12 per step.  Anything computed differently (a float32
+# that is up to a full +-lr step per step, which is why the test runs in
+# float64, where it is ~1e-12 per step.  Anything computed differently (a float32
 # segment, another loss weight, the paper's 10,000-step cosine) moves
 # parameters by 1e-7 or more within STEPS steps.
 ATOL = 1e-9
@@ -121,10 +121,10 @@ def _largest_difference(ours, theirs):
   return diffs[name], name
 
 
-@pytest.mark.skipif(jax.local_device_count() != 1,
-                    reason="dm-clrs's BaselineModel pmaps over local devices")
 @pytest.mark.parametrize("algorithm", sorted(COVERS))
 def test_training_is_dm_clrs_training(algorithm, float64_same_noise):
+  if jax.local_device_count() != 1:
+    pytest.skip("dm-clrs's BaselineModel pmaps over more than one device")
   stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH,
                             lengths=(NB_NODES,))
   assert COVERS[algorithm] in [(loc, t) for _, loc, t in stream.spec.values()]
