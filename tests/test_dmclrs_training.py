@@ -1,0 +1,165 @@
+"""Our training is dm-clrs's training: from the same parameters, on the same
+batches, our baseline (history='full', the fast net) and dm-clrs 2.0.3's
+`BaselineModel` with run.py's settings take the same optimizer steps."""
+
+import tempfile
+
+import clrs
+from clrs._src import decoders
+from clrs._src import encoders
+from clrs._src import probing
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nar_markov import data
+from nar_markov import model as model_lib
+from nar_markov import train
+
+HIDDEN = 16
+NB_TRIPLET_FTS = 4
+BATCH = 4
+NB_NODES = 4
+STEPS = 20
+LEARNING_RATE = 1.5e-3  # run.py's and the paper's
+GRAD_CLIP_MAX_NORM = 1.0
+# dm-clrs's BaselineModel keeps the learning rate constant; ours decays it on a
+# cosine over `train_steps`.  Over a horizon this long the cosine is 1 to
+# float64 precision for STEPS steps, so what is compared is the rest of our
+# optimizer (global-norm clipping, then Adam, then the step) against dm-clrs's.
+CONSTANT_LR_HORIZON = 10**9
+# Largest |ours - dm-clrs| allowed in any parameter after any step (parameters
+# are O(1)).  Adam scales a gradient g by 1 / (|g| + 1e-8): where the gradient
+# is zero up to round-off (the bias of a pointer decoder's last Linear, which
+# the softmax does not see) it moves by up to lr * round-off / 1e-8.  In float32
+# that is up to a full +-lr step per step, which is why the test runs in
+# float64, where it is ~1e-12 per step.  Anything computed differently (a float32
+# segment, another loss weight, the paper's 10,000-step cosine) moves
+# parameters by 1e-7 or more within STEPS steps.
+ATOL = 1e-9
+NOISE_SEED = 1234
+
+# Each algorithm stands for a kind of feature whose path differs in the fast
+# net: node pointers (bfs), permutation pointers with Gumbel noise in training
+# (insertion_sort), edge pointers (floyd_warshall; no CLRS-30 algorithm has
+# both permutation and edge pointers).
+COVERS = {
+    "bfs": (clrs.Location.NODE, clrs.Type.POINTER),
+    "insertion_sort": (clrs.Location.NODE, clrs.Type.PERMUTATION_POINTER),
+    "floyd_warshall": (clrs.Location.EDGE, clrs.Type.POINTER),
+}
+
+
+@pytest.fixture
+def float64_same_noise(monkeypatch):
+  """float64, the same Gumbel noise on both sides, and no float32 cast inside.
+
+  Noise: dm-clrs adds Gumbel noise to permutation-pointer logits in training
+  (decoders.log_sinkhorn), drawing it inside its scan at every step and
+  keeping the last step's outputs; our fast net decodes outputs once after
+  the scan and draws the noise there, from another key (same distribution,
+  another sample).  Here every noisy log_sinkhorn uses one fixed key, so both
+  add the same [B, N, N] noise to the same logits, and the noisy training
+  path is still the one compared.
+
+  Cast: dm-clrs's encoders.preprocess casts each non-pointer feature to
+  float32 before encoding it, a no-op in float32 training.  In float64 it
+  puts float32 roundings inside the net (on the soft hints fed back), where
+  our fast net rounds differently grouped sums, so differences of float32
+  size would hide float64 round-off.  Here the cast is to float64.  Both
+  patches act on dm-clrs's module functions, which both nets call.
+  """
+  log_sinkhorn = decoders.log_sinkhorn
+  preprocess = encoders.preprocess
+
+  def log_sinkhorn_same_noise(x, steps, temperature, zero_diagonal,
+                              noise_rng_key):
+    if noise_rng_key is not None:
+      noise_rng_key = jax.random.PRNGKey(NOISE_SEED)
+    return log_sinkhorn(x, steps, temperature, zero_diagonal, noise_rng_key)
+
+  def preprocess_float64(dp, nb_nodes):
+    out = preprocess(dp, nb_nodes)
+    # Pointers are one-hot encoded (exact in any dtype); the rest is dp.data.
+    values = out.data if dp.type_ == clrs.Type.POINTER else dp.data
+    return probing.DataPoint(name=out.name, location=out.location,
+                             type_=out.type_,
+                             data=jnp.asarray(values, jnp.float64))
+
+  monkeypatch.setattr(decoders, "log_sinkhorn", log_sinkhorn_same_noise)
+  monkeypatch.setattr(encoders, "preprocess", preprocess_float64)
+  with jax.enable_x64(True):
+    yield
+
+
+def _dm_clrs_model(spec, feedback) -> clrs.models.BaselineModel:
+  """dm-clrs examples/run.py's BaselineModel (triplet_gmpnn, encoded_decoded
+  hints, no teacher forcing, soft hint re-prediction), at the test's size."""
+  return clrs.models.BaselineModel(
+      spec=[spec], dummy_trajectory=[feedback],
+      processor_factory=clrs.get_processor_factory(
+          "triplet_gmpnn", use_ln=True, nb_triplet_fts=NB_TRIPLET_FTS),
+      hidden_dim=HIDDEN, encode_hints=True, decode_hints=True,
+      encoder_init="xavier_on_scalars", use_lstm=False,
+      learning_rate=LEARNING_RATE, grad_clip_max_norm=GRAD_CLIP_MAX_NORM,
+      checkpoint_path=tempfile.mkdtemp(), freeze_processor=False,
+      dropout_prob=0.0, hint_teacher_forcing=0.0, hint_repred_mode="soft",
+      nb_msg_passing_steps=1)
+
+
+def _flat(params):
+  return {f"{module}/{name}": np.asarray(value)
+          for module, names in params.items() for name, value in names.items()}
+
+
+def _largest_difference(ours, theirs):
+  ours, theirs = _flat(ours), _flat(theirs)
+  assert ours.keys() == theirs.keys()
+  diffs = {k: float(np.max(np.abs(ours[k] - theirs[k]))) for k in theirs}
+  name = max(diffs, key=diffs.get)
+  return diffs[name], name
+
+
+@pytest.mark.parametrize("algorithm", sorted(COVERS))
+def test_training_is_dm_clrs_training(algorithm, float64_same_noise):
+  if jax.local_device_count() != 1:
+    pytest.skip("dm-clrs's BaselineModel pmaps over more than one device")
+  stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH,
+                            lengths=(NB_NODES,))
+  assert COVERS[algorithm] in [(loc, t) for _, loc, t in stream.spec.values()]
+  batches = [next(stream) for _ in range(STEPS)]
+
+  config = model_lib.NetConfig(hidden_size=HIDDEN, history="full",
+                               nb_triplet_fts=NB_TRIPLET_FTS)
+  assert config.fast  # the default impl is what trains the paper's runs
+  ours = train.Model([stream.spec], [model_lib.nb_dims_of(batches[0])], config,
+                     train.make_optimizer(LEARNING_RATE, CONSTANT_LR_HORIZON,
+                                          GRAD_CLIP_MAX_NORM))
+  theirs = _dm_clrs_model(stream.spec, batches[0])
+
+  params = jax.tree_util.tree_map(
+      lambda p: jnp.asarray(p, jnp.float64),
+      ours.init(jax.random.PRNGKey(0), [batches[0].features]))
+  opt_state = ours.optimizer.init(params)
+  # What BaselineModel.init sets, from our parameters (copies: both steps
+  # donate their inputs).
+  theirs.params = jax.tree_util.tree_map(jnp.copy, params)
+  theirs.opt_state = theirs.opt.init(theirs.params)
+  theirs.opt_state_skeleton = theirs.opt.init(jnp.zeros(1))
+
+  largest = (0.0, None, None)
+  for step, feedback in enumerate(batches):
+    rng_key = ours.step_key(0, step)
+    params, opt_state, losses = ours.train_step(params, opt_state, feedback,
+                                                0.0, 0, rng_key)
+    their_loss = theirs.feedback(rng_key, feedback)
+    # Both report the loss at the parameters before the step.
+    np.testing.assert_allclose(float(losses.total), float(their_loss),
+                               rtol=1e-10, err_msg=f"step {step}")
+    diff, name = _largest_difference(params, theirs.params)
+    assert diff <= ATOL, (f"{algorithm}: after step {step}, |ours - dm-clrs| "
+                          f"= {diff:.3g} in {name}")
+    largest = max(largest, (diff, step, name))
+  print(f"{algorithm}: largest |ours - dm-clrs| over {STEPS} steps "
+        f"{largest[0]:.3g} (step {largest[1]}, {largest[2]})")
