@@ -460,6 +460,13 @@ def cmd_sweep(args, argv) -> int:
     from nar_markov import cost  # pylint: disable=g-import-not-at-top
     print(cost.format_estimate(cost.count_by_algorithm(r.algorithm for r in todo),
                                cost.settings_from_gin()))
+    if calib_todo:
+      from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+      print(cost.format_calibration_estimate(
+          [c.algorithm for c in calib_todo],
+          dict(cost.settings_from_gin(),
+               schedule_steps=cost._query(["run_experiment.schedule_steps"])),  # pylint: disable=protected-access
+          calibrate.LambdaHeuristic()))
     print("dry run: nothing submitted")
     return 0
   if not todo:

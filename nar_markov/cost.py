@@ -127,12 +127,13 @@ def estimate_run(algorithm: str, settings: Mapping[str, Any]) -> Dict[str, float
                   / base["batch_size"] * hidden / base["hidden_size"])
     return samples * per_sample * eval_fraction()
 
-  n_samples = _clrs30_test_samples(algorithm)   # val and test: 32 x multiplier
-  val_samples = min(n_samples, settings.get("val_max_samples") or n_samples)
+  n_samples = _clrs30_test_samples(algorithm)   # test: 32 x multiplier
+  # Validation as run.py: 2 x 32 x multiplier samples at the largest train size.
+  val_samples = min(2 * n_samples, settings.get("val_max_samples") or 2 * n_samples)
   test_samples = min(n_samples, settings.get("test_max_samples") or n_samples)
   eval_every = int(settings.get("eval_every_steps") or steps)
   n_evals = steps // eval_every + 1 + (1 if steps % eval_every else 0)
-  val_nodes = STRING_MATCHER_LENGTH if is_string_matcher(algorithm) else VAL_NODES
+  val_nodes = STRING_MATCHER_LENGTH if is_string_matcher(algorithm) else max(lengths)
   val_s = n_evals * eval_s(val_nodes, val_samples)
   test_s = eval_s(TEST_NODES, test_samples)
   n_max = max(lengths)
@@ -221,7 +222,39 @@ def format_estimate(runs_by_algorithm: Mapping[str, int],
   observed = [v for by_model in measured()["sweep_runs"]["steps_per_s"].values()
               for v in by_model.values()]
   lines.append("  (hours of one process each; divide by the runs that run at once. "
-               "Validation on the full val split every eval_every_steps, test once "
+               "Validation on 2 x 32 x multiplier samples (run.py) every eval_every_steps, test once "
                f"at 64 nodes. Real 500-step runs on the same machine, busy and with older "
                f"code, trained at {min(observed):g}-{max(observed):g} steps/s.)")
+  return "\n".join(lines)
+
+
+def format_calibration_estimate(algorithms: Sequence[str], settings: Mapping[str, Any],
+                                heuristic) -> str:
+  """Stage 1 of a G-ForgetNet sweep: the lambda calibrations' cost (ESTIMATES).
+
+  `heuristic`: nar_markov.calibrate.LambdaHeuristic.  Each calibration seed
+  trains to the calibration step (0.6 of the schedule); under 'constant' each
+  seed adds up to max_trials search runs of that length.  Under 'schedule'
+  (with reuse_calibration_prefix) the G-ForgetNet run of a calibration seed
+  continues from the calibration, so those steps are not trained twice.
+  """
+  algorithms = list(algorithms)
+  if not algorithms:
+    return "stage 1 cost: no calibration to run"
+  schedule = int(settings.get("schedule_steps") or settings["train_steps"])
+  step = heuristic.calibration_step(schedule)
+  seeds = len(heuristic.seeds)
+  runs_per_seed = 1 if heuristic.reading == "schedule" else 1 + heuristic.max_trials
+  total = 0.0
+  for alg in algorithms:
+    e = estimate_run(alg, dict(settings, train_steps=step))
+    total += seeds * runs_per_seed * e["total_s"]
+  what = (f"{seeds} seed(s) x {step:,} steps" if runs_per_seed == 1 else
+          f"{seeds} seed(s) x (1 + up to {heuristic.max_trials} search trials) x {step:,} steps")
+  lines = [f"stage 1 cost, lambda calibration ({heuristic.reading}) -- ESTIMATES: "
+           f"{len(algorithms)} algorithms x {what}: {_h(total)} h"
+           + (" at most" if runs_per_seed > 1 else "")]
+  if heuristic.reading == "schedule" and heuristic.reuse_calibration_prefix:
+    lines.append(f"  (the G-ForgetNet runs of calibration seeds {list(heuristic.seeds)} continue "
+                 f"from their calibration at step {step:,}: stage 2 trains only the rest of them)")
   return "\n".join(lines)
