@@ -26,8 +26,14 @@ if str(REPO_ROOT) not in sys.path:
 from conftest import SMOKE_SETTINGS  # pylint: disable=wrong-import-position  (tests/ is on sys.path)
 from launch import status as status_lib  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
+from nar_markov import config  # pylint: disable=wrong-import-position
 from nar_markov import runs  # pylint: disable=wrong-import-position
 from nar_markov import train  # pylint: disable=wrong-import-position
+
+# gin logs through absl on its first parse, and absl keeps the stream it first
+# wrote to: parse once here, not under `capsys` (whose stream is closed after
+# the test, which then breaks pytest's own capture).
+config.parse_gin(["gin/baseline.gin"])
 
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
          "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]"]
@@ -267,7 +273,7 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
   assert states == {("bfs", 0): ("running", f"queued by sweep pid {os.getpid()} "
                                             "(not submitted yet)")}
   (m,) = status_lib.read_manifests(results)
-  assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [("bfs", 0, "4242_0")]
+  assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [("bfs", 0, "4242")]
 
 
 # -- resume checks the settings -----------------------------------------------------------
@@ -283,7 +289,8 @@ def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
   assert pickle.loads(saved)["definition"]["settings"]["train_steps"] == 20
   # Was: finished "done" with steps 5 > train_steps 3.
   with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.pkl was written with "
-                     r"train_steps=20; this run has train_steps=3\. The checkpoint is kept"):
+                     r"train_steps=20, schedule_steps=20; this run has train_steps=3, "
+                     r"schedule_steps=3\. The checkpoint is kept"):
     train.run_experiment(train_steps=3, **common)
   # Was: a bare haiku shape error.
   with pytest.raises(ValueError, match=r"hidden_size=16.*this run has.*hidden_size=32"):
