@@ -225,7 +225,7 @@ class MultiSeedJob(submitit.helpers.Checkpointable):
   One vmapped training step for all seeds (nar_markov.train.run_experiment,
   K-seed mode); each seed keeps its own checkpoint and result.json, so a
   requeued job resumes every seed from its own checkpoint and skips those
-  whose result.json exists, like TrainJob.
+  that are done (nar_markov.runs.check_result), like TrainJob.
   """
 
   def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],

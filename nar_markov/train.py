@@ -6,7 +6,10 @@ scores them on the OOD test split with `clrs.evaluate`, and writes
 ``<results_dir>/<model>/<algorithm>/seed<k>/result.json`` (atomically) with
 ``config.gin`` beside it.  A checkpoint in the same folder makes a killed or
 requeued run resume exactly: same step, parameters, optimizer state and data
-stream.  Given a list of K seeds, it trains them in one process with one
+stream -- only the run it was written for (its `run_definition`; a mismatch
+is an error naming the settings).  A run is done when nar_markov.runs says so
+(its result reads back with this run's definition); while it trains it holds
+its folder's lock, so a second process training it is refused.  Given a list of K seeds, it trains them in one process with one
 `jax.vmap`-ed step for all K, each seed keeping its own stream, checkpoint
 and result.json (K-seed mode; `run_experiment`'s docstring, SEEDS_PER_JOB).
 
@@ -543,7 +546,11 @@ def run_experiment(*,
   same graph size (the streams cycle the train lengths in lockstep) and are
   zero-padded on the time axis to the longest of the K, which changes no
   number (outputs freeze after a trajectory ends; hint losses are masked).
-  Seeds whose result.json exists are skipped; a diverged seed gets its
+  Seeds that are done (nar_markov.runs.check_result: a result that reads
+  back with this call's definition) are skipped; a result with other settings
+  is an error (nothing trained); a corrupt one is moved aside and the seed
+  trained again; a seed another process is training (its run lock) is an
+  error, runs.LockHeld.  A diverged seed gets its
   "diverged" result at once and the others go on.  Seeds resumed from
   checkpoints at different steps are trained group by group (seeds at the
   same step together), one group after the other.  `train_time_s` of a K-seed
