@@ -150,11 +150,11 @@ def in_flight_calibrations(results_dir, calibs) -> Dict[str, tuple]:
       if key in wanted:
         last[key] = dict(j, cluster=m.get("cluster"), sweep=m.get("sweep"))
   out = {}
-  for (_, alg), j in list(last.items()):
+  for key, j in list(last.items()):
     if not j.get("job_id"):  # planned, not submitted yet
-      del last[(_, alg)]
+      del last[key]
       if status_lib.planned_state(j):
-        out[alg] = (None, status_lib.planned_state(j))
+        out[key[1]] = (None, status_lib.planned_state(j))
   slurm = {k: j for k, j in last.items() if j["cluster"] == "slurm"}
   if slurm:
     try:
