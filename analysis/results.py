@@ -28,28 +28,12 @@ import pandas as pd
 
 from analysis import categories
 from analysis import labels
+from nar_markov import runs as runs_lib  # no jax: the results format's owner
 
-SCHEMA = "nar_markov.result/1"
+# The result schema is nar_markov.runs's, the one owner of the results format.
+SCHEMA = runs_lib.RESULT_SCHEMA
 STD_DDOF = 1
-STATUSES = ("done", "diverged")
-
-# key -> accepted types. bool is rejected separately (it is an int to Python).
-_REQUIRED = {
-  "schema": (str,),
-  "model": (str,),
-  "algorithm": (str,),
-  "seed": (int,),
-  "status": (str,),
-  "test_score": (int, float, type(None)),
-  "steps": (int,),
-  "train_steps": (int,),
-}
-# Optional keys: their type is checked when present and not null (how lambda was obtained:
-# the reading of the paper's heuristic, and what the calibration measured).
-_OPTIONAL = {
-  "lambda_reading": (str,),
-  "lambda_calibration": (dict,),
-}
+STATUSES = runs_lib.FINAL_STATUSES
 # Optional scalars copied into the long DataFrame when numeric.
 _SCALAR_METRICS = ("val_best", "val_best_step", "wall_time_s", "steps_per_s", "lambda_gate")
 
@@ -60,33 +44,7 @@ class ResultWarning(UserWarning):
 
 def validate(result):
   """Reasons why `result` (parsed JSON) is not a usable run; [] if it is."""
-  if not isinstance(result, dict):
-    return [f"top level is {type(result).__name__}, not an object"]
-  problems = []
-  for key, types in _REQUIRED.items():
-    if key not in result:
-      problems.append(f"missing key {key!r}")
-    elif isinstance(result[key], bool) or not isinstance(result[key], types):
-      problems.append(f"{key!r} has type {type(result[key]).__name__}")
-  for key, types in _OPTIONAL.items():
-    value = result.get(key)
-    if value is not None and not isinstance(value, types):
-      problems.append(f"{key!r} has type {type(value).__name__}")
-  if problems:
-    return problems
-  if result["schema"] != SCHEMA:
-    problems.append(f"schema {result['schema']!r} is not {SCHEMA!r}")
-  if result["status"] not in STATUSES:
-    problems.append(f"status {result['status']!r} not in {STATUSES}")
-  if result["algorithm"] not in categories.ALGORITHMS:
-    problems.append(f"algorithm {result['algorithm']!r} is not a CLRS-30 algorithm")
-  score = result["test_score"]
-  if score is None:
-    if result["status"] != "diverged":
-      problems.append("test_score is null but status is not diverged")
-  elif not (math.isfinite(score) and 0.0 <= score <= 1.0):
-    problems.append(f"test_score {score!r} is not a fraction in [0, 1]")
-  return problems
+  return runs_lib.result_problems(result, algorithms=categories.ALGORITHMS)
 
 
 def load_runs(results_dir):
@@ -102,7 +60,7 @@ def load_runs(results_dir):
   if not root.is_dir():
     raise FileNotFoundError(f"results directory {results_dir!r} does not exist")
   runs, problems, seen = [], [], {}
-  for path in sorted(root.glob("**/result.json")):
+  for path in runs_lib.result_files(root):  # not those under _archive/
     rel = path.relative_to(root).as_posix()
     try:
       with open(path, encoding="utf-8") as f:

@@ -1,12 +1,19 @@
 """What became of a sweep's runs: done / diverged / running / failed / missing.
 
 Sources, in order of authority:
-  1. ``<run_dir>/result.json`` -- the run is over (status done or diverged).
+  1. ``<run_dir>/result.json``, judged by nar_markov.runs.check_result (the
+     same test the sweep and the trainer use): done / diverged; corrupt (the
+     next sweep moves it aside and trains the run again); other (made with
+     other settings than the gin files given: the sweep refuses it until
+     `--archive-mismatched`).  Without gin files only the result itself is
+     checked (no settings to compare with).
   2. The sweep manifests ``<results>/_sweeps/<timestamp>.json`` written by
      launch/sweep.py: which job (id, log files) last ran each run.
   3. For that job: ``squeue`` (Slurm: pending or running), the process table
      (local jobs), and submitit's ``<id>_<task>_result.pkl`` (the job ended,
      with the traceback when it raised).
+A run a sweep has planned but not submitted yet (the manifest is written
+before submission) is "running" while that sweep's process lives.
 A run with a job that is neither queued nor has a result is "failed" (killed
 by a time/memory limit, scancel, a node failure...); its log says why.
 ``sacct`` is not used: it needs a Slurm accounting database, which many
@@ -23,6 +30,7 @@ import pathlib
 import pickle
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -30,7 +38,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 MANIFEST_DIR = "_sweeps"
 LOG_DIR = "_logs"
 MANIFEST_SCHEMA = "nar_markov.sweep/1"
-STATES = ("done", "diverged", "running", "failed", "missing")
+STATES = ("done", "diverged", "running", "failed", "missing", "corrupt", "other")
 _RUN_RE = re.compile(r"^seed(\d+)$")
 
 
@@ -72,13 +80,46 @@ def read_manifests(results_dir) -> List[dict]:
 
 
 def latest_jobs(manifests: Sequence[dict]) -> Dict[Tuple[str, str, int], dict]:
-  """(model, algorithm, seed) -> the last job entry that ran it (+ its cluster)."""
+  """(model, algorithm, seed) -> the last job entry that ran it (+ its cluster,
+  and the sweep process that wrote it)."""
   jobs = {}
   for m in manifests:
     for j in m.get("jobs", []):
       jobs[(j["model"], j["algorithm"], int(j["seed"]))] = dict(
-          j, cluster=m.get("cluster"), manifest=m["_path"])
+          j, cluster=m.get("cluster"), manifest=m["_path"], sweep=m.get("sweep"))
   return jobs
+
+
+# -- the sweep process: planned entries are in flight while it lives -------------
+
+
+def _start_time(pid: int) -> Optional[str]:
+  try:
+    stat = pathlib.Path(f"/proc/{int(pid)}/stat").read_text()
+  except (OSError, ValueError):
+    return None
+  return stat.rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+
+
+def process_token() -> dict:
+  """This process, recognisably: pid, host and start time (pids are reused)."""
+  return {"pid": os.getpid(), "host": socket.gethostname(),
+          "start": _start_time(os.getpid())}
+
+
+def process_alive(token: Optional[dict]) -> bool:
+  if not token or token.get("host") != socket.gethostname():
+    return False
+  start = _start_time(token.get("pid", -1))
+  return start is not None and start == token.get("start")
+
+
+def planned_state(job: dict) -> Optional[str]:
+  """For an entry planned but not yet submitted (no job id): 'queued by ...' while
+  its sweep lives, None once the sweep has ended without submitting it."""
+  if process_alive(job.get("sweep")):
+    return f"queued by sweep pid {job['sweep']['pid']} (not submitted yet)"
+  return None
 
 
 # -- asking the scheduler ------------------------------------------------------
@@ -158,46 +199,40 @@ def runs_on_disk(results_dir) -> List[Tuple[str, str, int]]:
   return found
 
 
-def _read_result(path: pathlib.Path) -> Optional[dict]:
-  try:
-    return json.loads(path.read_text())
-  except (OSError, ValueError):
-    return None
-
-
-def classify(results_dir, expected: Optional[Sequence[Tuple[str, str, int]]] = None
-             ) -> Tuple[List[RunStatus], List[str]]:
+def classify(results_dir, expected=None) -> Tuple[List[RunStatus], List[str]]:
   """Status of every expected run (default: every run on disk or in a manifest).
 
+  `expected`: run keys (model, algorithm, seed), or a mapping key -> the
+  run's definition (cluster.expected_definitions: then a result made with
+  other settings is "other"), or None.
   Returns (statuses sorted by model/algorithm/seed, warnings).
   """
-  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  from nar_markov import runs as runs_lib  # pylint: disable=g-import-not-at-top  (no jax)
   results_dir = pathlib.Path(results_dir)
   jobs = latest_jobs(read_manifests(results_dir))
   if expected is None:
     expected = sorted(set(runs_on_disk(results_dir)) | set(jobs))
+  definitions = expected if isinstance(expected, dict) else {}
   warnings = []
 
   pending_slurm = []
   statuses = {}
   for key in expected:
     model, algorithm, seed = key
-    result_path = train.run_dir(results_dir, model, algorithm, seed) / train.RESULT_NAME
+    verdict = runs_lib.check_result(runs_lib.run_dir(results_dir, model, algorithm, seed),
+                                    definitions.get(key))
     job = jobs.get(key)
     log = job.get("stderr") if job else None
     job_id = job.get("job_id") if job else None
-    if result_path.exists():
-      result = _read_result(result_path)
-      if result is None:
-        statuses[key] = RunStatus(*key, "failed", f"unreadable {result_path}",
-                                  job_id, log)
-      else:
-        state = "diverged" if result.get("status") == "diverged" else "done"
-        detail = (f"diverged at step {result.get('diverged_step')}"
-                  if state == "diverged" else f"test_score {result.get('test_score')}")
-        statuses[key] = RunStatus(*key, state, detail, job_id, log)
+    if verdict.state != "missing":
+      statuses[key] = RunStatus(*key, verdict.state, verdict.detail, job_id, log)
     elif job is None:
       statuses[key] = RunStatus(*key, "missing", "never submitted")
+    elif not job_id:
+      planned = planned_state(job)
+      statuses[key] = (RunStatus(*key, "running", planned, None, None) if planned else
+                       RunStatus(*key, "missing", "planned by a sweep that ended before "
+                                 f"submitting it ({job.get('manifest')})"))
     elif job.get("cluster") == "slurm":
       pending_slurm.append(key)
     elif job.get("cluster") == "local" and job_id and local_job_alive(job_id):
@@ -283,12 +318,13 @@ def calibration_report(results_dir) -> List[str]:
   jobs = {}
   for m in read_manifests(results_dir):
     for j in m.get("calibration_jobs", []):
-      jobs[(j.get("reading"), j.get("algorithm"))] = dict(j, cluster=m.get("cluster"))
+      jobs[(j.get("reading"), j.get("algorithm"))] = dict(j, cluster=m.get("cluster"),
+                                                          sweep=m.get("sweep"))
   if not records and not jobs:
     return []
   queue = {}
   slurm_ids = [j["job_id"] for k, j in jobs.items() if k not in records
-               and j["cluster"] == "slurm"]
+               and j["cluster"] == "slurm" and j.get("job_id")]
   if slurm_ids:
     try:
       queue = squeue_states(slurm_ids)
@@ -304,6 +340,9 @@ def calibration_report(results_dir) -> List[str]:
       state = (f"done: lambda = {rec['lambda']:.6g}, share {rec.get('share', float('nan')):.3f} "
                f"at step {rec['calibration_step']}, seeds {[x['seed'] for x in rec['seeds']]}, "
                f"{rec.get('status')}")
+    elif not job.get("job_id"):
+      state = ("calibrating: " + planned_state(job) if planned_state(job) else
+               "failed: planned by a sweep that ended before starting it")
     elif job["cluster"] == "slurm" and str(job["job_id"]) in queue:
       state = f"calibrating: job {job['job_id']} {queue[str(job['job_id'])].lower()}"
     elif job["cluster"] == "local" and local_job_alive(str(job["job_id"])):
@@ -339,6 +378,14 @@ def format_report(results_dir, statuses: Sequence[RunStatus],
   lines.append("-" * len(header))
   lines.append(f"{'total':<{w_model}}  {'':<{w_alg}}" + "".join(
       f" {totals[s]:>8}" for s in STATES))
+  invalid = [s for s in statuses if s.state in ("corrupt", "other")]
+  if invalid:
+    lines.append("")
+    lines.append("results that do not count as done (corrupt: the next sweep moves it "
+                 "aside and trains the run again; other: made with other settings, "
+                 "the sweep refuses until --archive-mismatched):")
+    for s in invalid:
+      lines.append(f"  {s.name}  {s.state}: {s.detail}")
   failed = [s for s in statuses if s.state == "failed"]
   if failed:
     lines.append("")

@@ -8,9 +8,23 @@
   python launch/sweep.py --gin gin/gforget.gin --dry-run
   python launch/sweep.py --status --results results [--gin gin/baseline.gin]
 
-Runs whose result.json exists are skipped, as are runs whose last job is still
-queued or running; the rest go out as ONE submitit job array (resources:
-`slurm_resources.*` in gin, nar_markov/cluster.py).
+Runs that are done are skipped -- done means verified (nar_markov.runs.check_result,
+the same test --status and the trainer use): a result.json that reads back with
+the schema, a final status and the settings these gin files ask for -- as are
+runs whose last job is still queued or running; the rest go out as ONE submitit
+job array (resources: `slurm_resources.*` in gin, nar_markov/cluster.py).
+A corrupt result.json is moved aside (result.json.corrupt-<timestamp>) and its
+run trained again.  Results made with other settings (another budget, hidden
+size, lambda, or an older version that recorded none) stop the sweep with a
+list (exit 2, nothing submitted); --archive-mismatched moves those run folders
+to <results>/_archive/<timestamp>/ and trains them again.
+
+One sweep at a time per results folder: a sweep holds <results>/_sweeps/.lock
+while it plans, writes its manifest (before submitting: the planned runs, then
+their job ids) and submits; a second sweep waits for it, then sees the first
+one's runs as queued or running and submits nothing twice.  With --cluster
+local the lock is released once the manifest is written; the runs then train
+one after another while the sweep lives, and count as queued meanwhile.
 
 G-ForgetNet (gin/gforget.gin: lambda from calibration records) runs in two
 stages from the one command: first one lambda-calibration job per algorithm
@@ -36,6 +50,7 @@ LocalExecutor).  debug: in this process (submitit DebugExecutor; pdb on error).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -74,7 +89,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--dry-run", action="store_true",
                  help="list the runs to submit and those skipped; submit nothing")
   p.add_argument("--status", action="store_true",
-                 help="report done/diverged/running/failed/missing per model x algorithm")
+                 help="report done/diverged/running/failed/missing/corrupt/other per "
+                      "model x algorithm")
+  p.add_argument("--archive-mismatched", action="store_true",
+                 help="move results made with other settings to <results>/_archive/ "
+                      "and train those runs again (without it the sweep refuses them)")
   quiet.add_flag(p)
   return p.parse_args(argv)
 
@@ -117,6 +136,8 @@ def in_flight(results_dir, runs) -> dict:
     if k in keys and j.get("cluster") == "local" and status_lib.local_job_alive(
         str(j.get("job_id"))):
       out[k] = f"local job {j['job_id']} running"
+    elif k in keys and not j.get("job_id") and status_lib.planned_state(j):
+      out[k] = status_lib.planned_state(j)
   return out
 
 
@@ -129,8 +150,13 @@ def in_flight_calibrations(results_dir, calibs) -> Dict[str, tuple]:
     for j in m.get("calibration_jobs", []):
       key = (j.get("reading"), j.get("algorithm"))
       if key in wanted:
-        last[key] = dict(j, cluster=m.get("cluster"))
+        last[key] = dict(j, cluster=m.get("cluster"), sweep=m.get("sweep"))
   out = {}
+  for key, j in list(last.items()):
+    if not j.get("job_id"):  # planned, not submitted yet
+      del last[key]
+      if status_lib.planned_state(j):
+        out[key[1]] = (None, status_lib.planned_state(j))
   slurm = {k: j for k, j in last.items() if j["cluster"] == "slurm"}
   if slurm:
     try:
@@ -195,8 +221,8 @@ class Manifest:
   """<results>/_sweeps/<timestamp>.json: what was submitted where (for --status)."""
 
   def __init__(self, results_dir, cluster_name, gin_files, gin_params, argv):
-    from nar_markov import train  # pylint: disable=g-import-not-at-top
-    self._write_atomic = train.atomic_write_bytes
+    from nar_markov import runs as runs_lib  # pylint: disable=g-import-not-at-top
+    self._write_atomic = runs_lib.atomic_write_bytes
     now = datetime.datetime.now()
     d = status_lib.manifest_dir(results_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -208,13 +234,37 @@ class Manifest:
                  "gin_files": list(gin_files), "gin_params": list(gin_params),
                  "results_dir": str(results_dir),
                  "log_folder": str(_log_folder(results_dir)), "jobs": [],
-                 "calibration_jobs": []}
+                 "calibration_jobs": [],
+                 # Planned entries (no job id yet) are in flight while this lives.
+                 "sweep": status_lib.process_token()}
+
+  def plan(self, runs, calibs=()) -> None:
+    """The runs and calibrations this sweep is about to submit (before submitting:
+    a second sweep on this folder sees them as queued)."""
+    for c in calibs:
+      self.data["calibration_jobs"].append(
+          {"algorithm": c.algorithm, "reading": c.reading, "record": str(c.record_path),
+           "job_id": None})
+    for r in runs:
+      self.data["jobs"].append({"model": r.model, "algorithm": r.algorithm,
+                                "seed": r.seed, "run_dir": str(r.run_dir), "job_id": None})
+
+  @staticmethod
+  def _put(entries: list, record: dict, key) -> None:
+    """Replace the planned entry of the same run (or calibration), else append."""
+    for i, e in enumerate(entries):
+      if not e.get("job_id") and key(e) == key(record):
+        entries[i] = record
+        return
+    entries.append(record)
 
   def add(self, record: dict) -> None:
-    self.data["jobs"].append(record)
+    self._put(self.data["jobs"], record,
+              lambda e: (e["model"], e["algorithm"], int(e["seed"])))
 
   def add_calibration(self, record: dict) -> None:
-    self.data["calibration_jobs"].append(record)
+    self._put(self.data["calibration_jobs"], record,
+              lambda e: (e["reading"], e["algorithm"]))
 
   def save(self) -> None:
     self._write_atomic(self.path, json.dumps(self.data, indent=1).encode())
@@ -384,8 +434,9 @@ def cmd_status(args) -> int:
   results_dir = pathlib.Path(args.results).expanduser().resolve()
   expected = None
   if args.gin:
+    from nar_markov import cluster  # pylint: disable=g-import-not-at-top
     runs = expand(args.gin, args.gin_param, results_dir)
-    expected = [(r.model, r.algorithm, r.seed) for r in runs]
+    expected = cluster.expected_definitions(runs)  # what the sweep would ask for
   elif not results_dir.is_dir():
     raise UsageError(f"no results folder {results_dir}")
   statuses, warnings = status_lib.classify(results_dir, expected)
@@ -400,9 +451,38 @@ def cmd_sweep(args, argv) -> int:
   from nar_markov import cluster  # pylint: disable=g-import-not-at-top
   resources = cluster.slurm_resources()  # bound by the gin just parsed
 
-  done = [r for r in runs if r.result_path.exists()]
+  if args.dry_run:
+    return _sweep_plan(args, runs, results_dir, cluster_name, resources, argv,
+                       release=lambda: None)
+  # One sweep at a time plans and submits on a results folder (runs.sweep_lock);
+  # local runs train after the lock is released (their manifest says queued).
+  from nar_markov import runs as runs_lib  # pylint: disable=g-import-not-at-top
+  with contextlib.ExitStack() as lock:
+    lock.enter_context(runs_lib.sweep_lock(results_dir))
+    return _sweep_plan(args, runs, results_dir, cluster_name, resources, argv,
+                       release=lock.close)
+
+
+def _sweep_plan(args, runs, results_dir, cluster_name, resources, argv, release) -> int:
+  """Plan (done, in flight, to submit), then print it (--dry-run) or submit it.
+  `release()` gives the sweep lock back (once the manifest is written)."""
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  from nar_markov import runs as runs_lib  # pylint: disable=g-import-not-at-top
+  expected = cluster.expected_definitions(runs)
+  verdicts = {r.key: runs_lib.check_result(r.run_dir, expected[r.key]) for r in runs}
+  done = [r for r in runs if verdicts[r.key].done]
   flying = in_flight(results_dir, [r for r in runs if r not in done])
-  todo = [r for r in runs if r not in done and (r.model, r.algorithm, r.seed) not in flying]
+  todo = [r for r in runs if r not in done and r.key not in flying]
+  corrupt = [r for r in todo if verdicts[r.key].state == "corrupt"]
+  other = [r for r in todo if verdicts[r.key].state == "other"]
+  if other and not args.archive_mismatched:
+    raise UsageError(
+        f"{len(other)} runs have results made with other settings (nothing was "
+        "submitted):\n  " + "\n  ".join(f"{r.name}: {verdicts[r.key].detail}"
+                                        for r in other)
+        + f"\nUse another --results folder, or --archive-mismatched to move them to "
+        f"{pathlib.Path(results_dir) / runs_lib.ARCHIVE_DIR}/<timestamp>/ and train "
+        "them again.")
   # Stage 1 (G-ForgetNet with lambda from calibration records).
   calibs, calibrated, problems = cluster.calibration_plan(runs)
   if problems:
@@ -417,6 +497,10 @@ def cmd_sweep(args, argv) -> int:
   summary = f"{len(todo)} runs to submit, {len(done)} already done"
   if flying:
     summary += f", {len(flying)} already queued or running"
+  if corrupt:
+    summary += f", {len(corrupt)} with a corrupt result.json (moved aside, rerun)"
+  if other:
+    summary += f", {len(other)} made with other settings (archived, rerun)"
   print(f"sweep {model}: {len(runs)} runs ({len({r.algorithm for r in runs})} algorithms x "
         f"{len({r.seed for r in runs})} seeds) on {cluster_name}; {summary}")
   if calibs or calibrated:
@@ -444,6 +528,9 @@ def cmd_sweep(args, argv) -> int:
       tag = ("skip (done)" if r in done else
              f"skip ({flying[key]})" if key in flying else "submit")
       after = " (after its calibration)" if tag == "submit" and r.algorithm in waits else ""
+      if tag == "submit" and verdicts[key].state in ("corrupt", "other"):
+        after += (f" ({verdicts[key].state}: {verdicts[key].detail}; "
+                  + ("moved aside)" if verdicts[key].state == "corrupt" else "archived)"))
       print(f"  {tag:<12} {r.name:<40} {r.run_dir}{after}")
     if k > 1 and todo:
       groups = cluster.job_groups(todo)
@@ -472,9 +559,19 @@ def cmd_sweep(args, argv) -> int:
   if not todo:
     return 0
 
+  for r in corrupt:
+    print(f"{r.name}: corrupt result.json ({verdicts[r.key].detail}); moved aside to "
+          f"{runs_lib.move_aside(verdicts[r.key].path)}")
+  for r in other:
+    print(f"{r.name}: {verdicts[r.key].detail}; archived to "
+          f"{runs_lib.archive_run(results_dir, r.run_dir)}")
   executor = make_executor(cluster_name, results_dir, resources)
   manifest = Manifest(results_dir, cluster_name, runs[0].gin_files,
                       runs[0].gin_params, argv)
+  # Written before anything is submitted: a sweep that waited for the lock
+  # sees these runs as queued (status_lib.planned_state), not as to do.
+  manifest.plan(todo, calib_todo)
+  manifest.save()
   import submitit  # pylint: disable=g-import-not-at-top
   if cluster_name == "slurm":
     try:
@@ -485,7 +582,7 @@ def cmd_sweep(args, argv) -> int:
         for alg, job_id in after.items():
           print(f"  {job_id:<12} calibrate/{alg}")
       after.update({alg: job_id for alg, (job_id, _) in calib_flying.items()
-                    if alg in needed})
+                    if alg in needed and job_id})
       submitted = submit_slurm(executor, todo, manifest, resources, after)
     except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as e:
       # sbatch refused the script (unknown partition, account, limits...).
@@ -509,6 +606,7 @@ def cmd_sweep(args, argv) -> int:
     print(f"status:   python {pathlib.Path(__file__).relative_to(REPO_ROOT)} "
           f"--status --results {results_dir}")
     return 0
+  release()
   print(f"logs: {_log_folder(results_dir)}; manifest: {manifest.path}")
   failed = run_calibrations(executor, calib_todo, manifest, cluster_name)
   if failed:

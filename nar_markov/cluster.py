@@ -1,7 +1,8 @@
 """A sweep as a plain list of runs, its Slurm resources, and the job that trains one run.
 
 launch/sweep.py expands gin files into `Run`s (model x algorithm x seed), skips
-those whose result.json exists, and submits the rest as one submitit job array
+those that are done (nar_markov.runs.check_result against `expected_definitions`:
+a result that reads back with the settings this sweep asks for), and submits the rest as one submitit job array
 of `TrainJob`s (one run each), or, with the gin macro SEEDS_PER_JOB = K > 1, of
 `MultiSeedJob`s (up to K seeds of one model and algorithm, trained together in
 one process: nar_markov.train.run_experiment's K-seed mode).  A job is a
@@ -25,6 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import submitit
+
+from nar_markov import runs as runs_lib
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
 MAX_ARRAY_SIZE = 1000
@@ -124,13 +127,15 @@ class Run:
 
   @property
   def run_dir(self) -> pathlib.Path:
-    from nar_markov import train  # pylint: disable=g-import-not-at-top
-    return train.run_dir(self.results_dir, self.model, self.algorithm, self.seed)
+    return runs_lib.run_dir(self.results_dir, self.model, self.algorithm, self.seed)
 
   @property
   def result_path(self) -> pathlib.Path:
-    from nar_markov import train  # pylint: disable=g-import-not-at-top
-    return self.run_dir / train.RESULT_NAME
+    return self.run_dir / runs_lib.RESULT_NAME
+
+  @property
+  def key(self) -> Tuple[str, str, int]:
+    return (self.model, self.algorithm, self.seed)
 
   def job_args(self) -> Tuple:
     """The arguments of `TrainJob.__call__` (`MultitaskJob.__call__`), in order."""
@@ -220,7 +225,7 @@ class MultiSeedJob(submitit.helpers.Checkpointable):
   One vmapped training step for all seeds (nar_markov.train.run_experiment,
   K-seed mode); each seed keeps its own checkpoint and result.json, so a
   requeued job resumes every seed from its own checkpoint and skips those
-  whose result.json exists, like TrainJob.
+  that are done (nar_markov.runs.check_result), like TrainJob.
   """
 
   def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
@@ -324,6 +329,26 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
               gin_params=tuple(gin_params), results_dir=results_dir,
               seeds_per_job=seeds_per_job)
           for a in algorithms for s in seeds]
+
+
+def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
+  """Run key -> what its result must have been made with (nar_markov.runs.check_result).
+
+  Single-task runs: `train.run_definition_from_gin` (settings, model, lambda;
+  lambda left out where its calibration record does not exist yet) plus the
+  seed.  Multi-task runs: their settings per algorithm (`multitask`).  Call
+  after `expand_runs` (gin parsed).
+  """
+  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  if not runs:
+    return {}
+  if runs[0].multitask:
+    from nar_markov import multitask  # pylint: disable=g-import-not-at-top
+    per_alg = {a: multitask.run_definition_from_gin(a) for a in {r.algorithm for r in runs}}
+  else:
+    per_alg = {a: train.run_definition_from_gin(a, runs[0].results_dir)
+               for a in {r.algorithm for r in runs}}
+  return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
 
 
 def lambda_from_gin():

@@ -102,6 +102,7 @@ from nar_markov import devices
 from nar_markov import model as model_lib
 from nar_markov import params_io
 from nar_markov import quiet
+from nar_markov import runs
 from nar_markov import train
 
 if __name__ == "__main__":
@@ -212,11 +213,44 @@ def make_train_step(net: train.Model, nb_algorithms: int):
   return jax.jit(step, donate_argnums=(0, 1))
 
 
-def _read_json(path: pathlib.Path) -> Optional[dict]:
-  try:
-    return json.loads(path.read_text())
-  except (OSError, ValueError):
-    return None
+# run_multitask_experiment's arguments that define a run (train.run_settings).
+_SETTINGS_ARGS = ("train_steps", "batch_size", "hidden_size", "learning_rate",
+                  "grad_clip_max_norm", "schedule_steps", "processor", "nb_triplet_fts",
+                  "gate_mlp_layers", "gate_bias_init")
+
+
+def run_definitions(model: str, algorithms: Sequence[str], lambdas: Mapping[str, float],
+                    lengths: Mapping[str, Sequence[int]], **kwargs) -> Dict[str, dict]:
+  """algorithm -> what defines its run of this job (nar_markov.runs.check_result):
+  model, algorithm, lambda and the settings (train.run_settings, with the
+  algorithms trained together); without the seed."""
+  return {alg: {"model": model, "algorithm": alg, "lambda_gate": float(lambdas[alg]),
+                "settings": dict(train.run_settings(
+                    alg, train_lengths=lengths[alg],
+                    **{k: kwargs[k] for k in _SETTINGS_ARGS}),
+                                 multitask_algorithms=list(algorithms))}
+          for alg in algorithms}
+
+
+def run_definition_from_gin(algorithm: str) -> dict:
+  """`run_definitions` of `algorithm` as gin (parsed) would call run_multitask_experiment."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  kwargs = {}
+  for name, param in inspect.signature(run_multitask_experiment).parameters.items():
+    try:
+      kwargs[name] = config_lib.bound_value(f"run_multitask_experiment.{name}")
+    except ValueError:
+      kwargs[name] = param.default
+  model, algorithms = kwargs["model"], tuple(kwargs["algorithms"])
+  history = MODELS[model]
+  lambda_gate = kwargs["lambda_gate"]
+  lambdas = {alg: (train.resolve_lambda(lambda_gate, alg, model[:-len(SUFFIX)])[0]
+                   if history == "gated" and lambda_gate is not None else 0.0)
+             for alg in algorithms}
+  lengths = {alg: resolve_train_lengths(kwargs["train_lengths"], alg) for alg in algorithms}
+  return run_definitions(model, algorithms, lambdas, lengths,
+                         **{k: kwargs[k] for k in _SETTINGS_ARGS})[algorithm]
 
 
 @gin.configurable(denylist=["seed", "results_dir"])
@@ -294,18 +328,51 @@ def run_multitask_experiment(*,
   result_paths = {alg: train.run_dir(results_dir, model, alg, seed) / train.RESULT_NAME
                   for alg in algorithms}
   ckpt_path = job_dir(results_dir, model, seed) / train.CHECKPOINT_NAME
-  existing = {alg: _read_json(p) for alg, p in result_paths.items() if p.exists()}
-  for alg, res in existing.items():
-    theirs = None if res is None else res.get("multitask_algorithms")
-    if theirs is not None and list(theirs) != list(algorithms):
-      raise ValueError(
-          f"{result_paths[alg]} belongs to a multi-task run on {theirs}, this "
-          f"run is on {list(algorithms)}; use another results_dir")
-  if (len(existing) == len(algorithms) and None not in existing.values()
-      and not ckpt_path.exists()):
+  definitions = run_definitions(
+      model, algorithms, lambdas, lengths, train_steps=train_steps, batch_size=batch_size,
+      hidden_size=hidden_size, learning_rate=learning_rate,
+      grad_clip_max_norm=grad_clip_max_norm, schedule_steps=schedule_steps,
+      processor=processor, nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
+      gate_bias_init=gate_bias_init)
+  # Done means verified (nar_markov.runs.check_result), as for single-task runs.
+  verdicts = {alg: runs.check_result(p.parent, dict(definitions[alg], seed=int(seed)))
+              for alg, p in result_paths.items()}
+  other = [v for v in verdicts.values() if v.state == "other"]
+  if other:
+    raise ValueError("results exist with other settings (not retrained, not "
+                     "overwritten): " + " | ".join(f"{v.path}: {v.detail}" for v in other)
+                     + ". Use another results_dir, or move them aside "
+                     "(launch/sweep.py --archive-mismatched)")
+  if all(v.done for v in verdicts.values()) and not ckpt_path.exists():
     train.log(f"{model}/seed{seed}: all {len(algorithms)} results exist; "  # pylint: disable=protected-access
                "nothing to do")
-    return existing
+    return {alg: v.result for alg, v in verdicts.items()}
+  with runs.run_lock(ckpt_path.parent):
+    for v in verdicts.values():
+      if v.state == "corrupt":
+        train.log(f"WARNING: {v.path} is corrupt ({v.detail}); moved aside to "  # pylint: disable=protected-access
+                  f"{runs.move_aside(v.path)}")
+    return _train_multitask(
+        model=model, algorithms=algorithms, seed=seed, results_dir=results_dir,
+        train_steps=train_steps, batch_size=batch_size, hidden_size=hidden_size,
+        learning_rate=learning_rate, grad_clip_max_norm=grad_clip_max_norm,
+        schedule_steps=schedule_steps, eval_every_steps=eval_every_steps,
+        log_every_steps=log_every_steps, checkpoint_every_steps=checkpoint_every_steps,
+        val_max_samples=val_max_samples, test_max_samples=test_max_samples,
+        val_batch_size=val_batch_size, test_batch_size=test_batch_size,
+        cache_dir=cache_dir, stop_after_steps=stop_after_steps, progress=progress,
+        history=history, lambdas=lambdas, lengths=lengths, config=config,
+        result_paths=result_paths, ckpt_path=ckpt_path, definitions=definitions)
+
+
+def _train_multitask(*, model, algorithms, seed, results_dir, train_steps, batch_size,
+                     hidden_size, learning_rate, grad_clip_max_norm, schedule_steps,
+                     eval_every_steps, log_every_steps, checkpoint_every_steps,
+                     val_max_samples, test_max_samples, val_batch_size,
+                     test_batch_size, cache_dir, stop_after_steps, progress, history,
+                     lambdas, lengths, config, result_paths, ckpt_path,
+                     definitions) -> Dict[str, Dict[str, Any]]:
+  """run_multitask_experiment's training (its job lock held)."""
 
   state = train.load_checkpoint(ckpt_path)  # pylint: disable=protected-access
   if state is not None and list(state["algorithms"]) != list(algorithms):
@@ -499,6 +566,9 @@ def run_multitask_experiment(*,
         "learning_rate": float(learning_rate),
         "schedule_steps": int(schedule_steps or train_steps),
         "train_lengths": list(lengths[alg]),
+        "lambda_reading": None,
+        "penalty_start_step": 0,
+        "settings": definitions[alg]["settings"],
         "multitask_algorithms": list(algorithms),
         "multitask_val_mean_best": state["best_val_mean"] if has_best else None,
         "curves": curves[alg],
@@ -521,8 +591,7 @@ def run_multitask_experiment(*,
     train.atomic_write_bytes(result_paths[alg], json.dumps(
         train.jsonable(result), indent=1).encode())  # pylint: disable=protected-access
     results[alg] = result
-  if ckpt_path.exists():
-    ckpt_path.unlink()  # only now: every result file is on disk
+  ckpt_path.unlink(missing_ok=True)  # only now: every result file is on disk
   train.log(  # pylint: disable=protected-access
       f"wrote {len(results)} results of {model}/seed{seed}: " + ", ".join(
           f"{alg} {'diverged' if r['test_score'] is None else round(r['test_score'], 4)}"

@@ -6,7 +6,10 @@ scores them on the OOD test split with `clrs.evaluate`, and writes
 ``<results_dir>/<model>/<algorithm>/seed<k>/result.json`` (atomically) with
 ``config.gin`` beside it.  A checkpoint in the same folder makes a killed or
 requeued run resume exactly: same step, parameters, optimizer state and data
-stream.  Given a list of K seeds, it trains them in one process with one
+stream -- only the run it was written for (its `run_definition`; a mismatch
+is an error naming the settings).  A run is done when nar_markov.runs says so
+(its result reads back with this run's definition); while it trains it holds
+its folder's lock, so a second process training it is refused.  Given a list of K seeds, it trains them in one process with one
 `jax.vmap`-ed step for all K, each seed keeping its own stream, checkpoint
 and result.json (K-seed mode; `run_experiment`'s docstring, SEEDS_PER_JOB).
 
@@ -18,6 +21,7 @@ validation every 50 steps.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -27,7 +31,6 @@ import pathlib
 import pickle
 import platform
 import sys
-import tempfile
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -45,6 +48,7 @@ from nar_markov import devices
 from nar_markov import fastnet
 from nar_markov import model as model_lib
 from nar_markov import params_io
+from nar_markov import runs
 
 # Model name -> history policy.  `gforget_constant` is G-ForgetNet under the
 # other reading of the lambda heuristic (gin/gforget_constant.gin);
@@ -60,38 +64,17 @@ MODELS = {
     "calibrate": "gated",
 }
 _ZERO_LAMBDA_MODELS = ("gforget_nopenalty",)
-RESULT_SCHEMA = "nar_markov.result/1"
-CHECKPOINT_NAME = "checkpoint.pkl"
-# A calibration run's state at its last step, from which G-ForgetNet's run of
-# the same seed continues under the schedule reading (nar_markov/calibrate.py).
-FINAL_STATE_NAME = "final_state.pkl"
-RESULT_NAME = "result.json"
-PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
-
-
-def run_dir(results_dir, model: str, algorithm: str, seed: int) -> pathlib.Path:
-  return pathlib.Path(results_dir) / model / algorithm / f"seed{int(seed)}"
+# The results format is nar_markov.runs's (no jax there); these names stay here too.
+RESULT_SCHEMA = runs.RESULT_SCHEMA
+CHECKPOINT_NAME = runs.CHECKPOINT_NAME
+FINAL_STATE_NAME = runs.FINAL_STATE_NAME
+RESULT_NAME = runs.RESULT_NAME
+PARAMS_NAME = runs.PARAMS_NAME
+run_dir = runs.run_dir
+atomic_write_bytes = runs.atomic_write_bytes
 
 
 # -- small utilities -----------------------------------------------------------
-
-
-def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
-  """Write to a temp file in the same folder, fsync, then rename over `path`."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from a shared group
-    with os.fdopen(fd, "wb") as f:
-      f.write(payload)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
 
 
 def _finite_or_none(x):
@@ -210,6 +193,45 @@ def run_settings_from_gin(algorithm: str, **overrides) -> Dict[str, Any]:
     except ValueError:
       kwargs[name] = param.default
   return run_settings(algorithm, **kwargs)
+
+
+def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
+                   lam: Optional[float], penalty_start: int,
+                   lambda_info: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+  """What defines a run (without its seed): the model label, the settings and
+  lambda -- its value (None: not known yet, not compared), the heuristic's
+  reading and the first penalised step.  result.json holds each of these keys;
+  checkpoints keep the dict (key "definition").  A G-ForgetNet run whose
+  lambda came from a calibration record is defined by the record's lambda.
+  Compared by nar_markov.runs.check_result / definition_mismatch."""
+  out = {"model": model, "algorithm": algorithm, "settings": dict(settings),
+         "lambda_reading": (lambda_info or {}).get("reading"),
+         "penalty_start_step": int(penalty_start)}
+  if lam is not None:
+    out["lambda_gate"] = float(lam)
+  return out
+
+
+def run_definition_from_gin(algorithm: str, results_dir) -> Dict[str, Any]:
+  """`run_definition` of run_experiment as gin (parsed) would call it.
+
+  Lambda from a calibration record that does not exist yet (or cannot be
+  used: the sweep reports that itself) is left out: not compared.
+  """
+  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  model = config_lib.bound_value("run_experiment.model")
+  settings = run_settings_from_gin(algorithm)
+  try:
+    lambda_gate = config_lib.bound_value("run_experiment.lambda_gate")
+  except ValueError:
+    lambda_gate = None
+  try:
+    lam, start, info = resolve_lambda(lambda_gate, algorithm, model,
+                                      results_dir=results_dir, settings=settings)
+  except calibrate_lib.CalibrationError:
+    h = calibrate_lib.LambdaHeuristic()
+    lam, start, info = None, h.penalty_start(settings["schedule_steps"]), {"reading": h.reading}
+  return run_definition(model, algorithm, settings, lam, start, info)
 
 
 def make_optimizer(learning_rate: float, train_steps: int,
@@ -525,7 +547,11 @@ def run_experiment(*,
   same graph size (the streams cycle the train lengths in lockstep) and are
   zero-padded on the time axis to the longest of the K, which changes no
   number (outputs freeze after a trajectory ends; hint losses are masked).
-  Seeds whose result.json exists are skipped; a diverged seed gets its
+  Seeds that are done (nar_markov.runs.check_result: a result that reads
+  back with this call's definition) are skipped; a result with other settings
+  is an error (nothing trained); a corrupt one is moved aside and the seed
+  trained again; a seed another process is training (its run lock) is an
+  error, runs.LockHeld.  A diverged seed gets its
   "diverged" result at once and the others go on.  Seeds resumed from
   checkpoints at different steps are trained group by group (seeds at the
   same step together), one group after the other.  `train_time_s` of a K-seed
@@ -561,72 +587,121 @@ def run_experiment(*,
       nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
       gate_bias_init=gate_bias_init, impl=impl)
 
+  definition = run_definition(model, algorithm, settings, lam, penalty_start, lambda_info)
   results: Dict[int, Dict[str, Any]] = {}
-  todo = []
-  for s in seeds:
-    result_path = run_dir(results_dir, model, algorithm, s) / RESULT_NAME
-    if result_path.exists():
-      log(f"{result_path} exists; nothing to do")
-      results[s] = json.loads(result_path.read_text())
-    else:
-      todo.append(s)
-  if todo:
-    gin_str = gin.config_str()
-    runs = []
-    for s in todo:
+  # Done means verified (nar_markov.runs.check_result): a result with other
+  # settings is refused before anything is touched; a corrupt one is moved
+  # aside and the run trained again.
+  verdicts = {s: runs.check_result(run_dir(results_dir, model, algorithm, s),
+                                   dict(definition, seed=s)) for s in seeds}
+  other = [v for v in verdicts.values() if v.state == "other"]
+  if other:
+    raise ValueError("results exist with other settings (not retrained, not "
+                     "overwritten): " + " | ".join(f"{v.path}: {v.detail}" for v in other)
+                     + ". Use another results_dir, or move them aside "
+                     "(launch/sweep.py --archive-mismatched)")
+  with contextlib.ExitStack() as locks:
+    todo = []
+    for s in seeds:
       out_dir = run_dir(results_dir, model, algorithm, s)
-      out_dir.mkdir(parents=True, exist_ok=True)
-      atomic_write_bytes(out_dir / "config.gin", (gin_str or bindings_as_gin(
-          "run_experiment", dict(
-              model=model, algorithm=algorithm, seed=s, train_steps=train_steps,
-              batch_size=batch_size, hidden_size=hidden_size,
-              learning_rate=learning_rate, lambda_gate=lam))).encode())
-      # Data: one train stream and one validation pool per run (seed), as
-      # run.py; the test split from the cache (the official draw).
-      runs.append((s, out_dir,
-                   data.TrainStream(algorithm, seed=s, batch_size=batch_size,
-                                    lengths=tuple(train_lengths)),
-                   data.ValidationPool(algorithm, seed=s, lengths=tuple(train_lengths),
-                                       mode=validation_mode)))
-    spec = runs[0][2].spec
-    test = data.load_split(algorithm, "test", cache_dir=cache_dir)
-    nb_dims = model_lib.nb_dims_of(test)
-    test_nodes = test.features.inputs[0].data.shape[1]
-    if test_batch_size is None:
-      test_batch_size = default_test_batch_size(spec, test_nodes, hidden_size,
-                                                fast=config.fast)
-    optimizer = make_optimizer(learning_rate, schedule_steps or train_steps,
-                               grad_clip_max_norm)
-    job = _Job(
-        model=model, algorithm=algorithm, lam=lam, penalty_start=penalty_start,
-        lambda_info=lambda_info, save_final_state=bool(save_final_state),
-        net=Model([spec], [nb_dims], config, optimizer), optimizer=optimizer,
-        test=test, train_steps=int(train_steps),
-        eval_every_steps=int(eval_every_steps), log_every_steps=int(log_every_steps),
-        checkpoint_every_steps=int(checkpoint_every_steps),
-        val_batch_size=int(val_batch_size), val_max_samples=val_max_samples,
-        test_batch_size=int(test_batch_size), test_max_samples=test_max_samples,
-        stop_after_steps=stop_after_steps, progress=progress, gin_str=gin_str,
-        validation_mode=validation_mode, settings=settings)
-    by_step: Dict[int, List[Tuple[_SeedRun, Any, Any]]] = {}
-    for s, out_dir, stream, val in runs:
-      run = _SeedRun(job, s, out_dir, stream, val)
-      params, opt_state = run.start()
-      by_step.setdefault(run.step, []).append((run, params, opt_state))
-    if len(by_step) > 1:
-      # A K-seed step needs its seeds at the same step (one schedule value,
-      # one graph size); this only happens when some seeds ran elsewhere.
-      log("checkpoints at different steps (" + ", ".join(
-          f"step {k}: seeds {[r.seed for r, _, _ in g]}" for k, g in sorted(by_step.items()))
-          + "); training the groups one after the other")
-    for group in by_step.values():
-      if len(group) == 1:
-        run, params, opt_state = group[0]
-        results[run.seed] = _train_single(job, run, params, opt_state)
-      else:
-        results.update(_train_vmapped(job, group))
+      if not verdicts[s].done:
+        # One trainer per run: a second process is refused (runs.run_lock);
+        # then look again -- the other may have finished in between.
+        locks.enter_context(runs.run_lock(out_dir))
+        verdicts[s] = runs.check_result(out_dir, dict(definition, seed=s))
+      v = verdicts[s]
+      if v.done:
+        log(f"{v.path} exists ({v.state}, settings verified); nothing to do")
+        results[s] = v.result
+        continue
+      if v.state == "other":
+        raise ValueError(f"{v.path}: {v.detail}; not retrained, not overwritten")
+      if v.state == "corrupt":
+        log(f"WARNING: {v.path} is corrupt ({v.detail}); moved aside to "
+            f"{runs.move_aside(v.path)}; training the run again")
+      todo.append(s)
+    if todo:
+      _train_seeds(todo, results, model=model, algorithm=algorithm, settings=settings,
+                   definition=definition, lam=lam, penalty_start=penalty_start,
+                   lambda_info=lambda_info, config=config, results_dir=results_dir,
+                   train_steps=train_steps, batch_size=batch_size,
+                   hidden_size=hidden_size, learning_rate=learning_rate,
+                   grad_clip_max_norm=grad_clip_max_norm, schedule_steps=schedule_steps,
+                   train_lengths=train_lengths, validation_mode=validation_mode,
+                   eval_every_steps=eval_every_steps, log_every_steps=log_every_steps,
+                   checkpoint_every_steps=checkpoint_every_steps,
+                   val_max_samples=val_max_samples, test_max_samples=test_max_samples,
+                   val_batch_size=val_batch_size, test_batch_size=test_batch_size,
+                   cache_dir=cache_dir, stop_after_steps=stop_after_steps,
+                   save_final_state=save_final_state, progress=progress)
   ordered = [results[s] for s in seeds]
   return ordered[0] if one else ordered
+
+
+def _train_seeds(todo: Sequence[int], results: Dict[int, Dict[str, Any]], *, model,
+                 algorithm, settings, definition, lam, penalty_start, lambda_info,
+                 config, results_dir, train_steps, batch_size, hidden_size,
+                 learning_rate, grad_clip_max_norm, schedule_steps, train_lengths,
+                 validation_mode, eval_every_steps, log_every_steps,
+                 checkpoint_every_steps, val_max_samples, test_max_samples,
+                 val_batch_size, test_batch_size, cache_dir, stop_after_steps,
+                 save_final_state, progress) -> None:
+  """run_experiment's training of the seeds `todo` (their run locks held);
+  their results go into `results`."""
+  gin_str = gin.config_str()
+  seed_runs = []
+  for s in todo:
+    out_dir = run_dir(results_dir, model, algorithm, s)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out_dir / "config.gin", (gin_str or bindings_as_gin(
+        "run_experiment", dict(
+            model=model, algorithm=algorithm, seed=s, train_steps=train_steps,
+            batch_size=batch_size, hidden_size=hidden_size,
+            learning_rate=learning_rate, lambda_gate=lam))).encode())
+    # Data: one train stream and one validation pool per run (seed), as
+    # run.py; the test split from the cache (the official draw).
+    seed_runs.append((s, out_dir,
+                      data.TrainStream(algorithm, seed=s, batch_size=batch_size,
+                                       lengths=tuple(train_lengths)),
+                      data.ValidationPool(algorithm, seed=s, lengths=tuple(train_lengths),
+                                          mode=validation_mode)))
+  spec = seed_runs[0][2].spec
+  test = data.load_split(algorithm, "test", cache_dir=cache_dir)
+  nb_dims = model_lib.nb_dims_of(test)
+  test_nodes = test.features.inputs[0].data.shape[1]
+  if test_batch_size is None:
+    test_batch_size = default_test_batch_size(spec, test_nodes, hidden_size,
+                                              fast=config.fast)
+  optimizer = make_optimizer(learning_rate, schedule_steps or train_steps,
+                             grad_clip_max_norm)
+  job = _Job(
+      model=model, algorithm=algorithm, lam=lam, penalty_start=penalty_start,
+      lambda_info=lambda_info, save_final_state=bool(save_final_state),
+      net=Model([spec], [nb_dims], config, optimizer), optimizer=optimizer,
+      test=test, train_steps=int(train_steps),
+      eval_every_steps=int(eval_every_steps), log_every_steps=int(log_every_steps),
+      checkpoint_every_steps=int(checkpoint_every_steps),
+      val_batch_size=int(val_batch_size), val_max_samples=val_max_samples,
+      test_batch_size=int(test_batch_size), test_max_samples=test_max_samples,
+      stop_after_steps=stop_after_steps, progress=progress, gin_str=gin_str,
+      validation_mode=validation_mode, settings=settings, definition=definition)
+  by_step: Dict[int, List[Tuple[_SeedRun, Any, Any]]] = {}
+  for s, out_dir, stream, val in seed_runs:
+    run = _SeedRun(job, s, out_dir, stream, val)
+    params, opt_state = run.start()
+    by_step.setdefault(run.step, []).append((run, params, opt_state))
+  if len(by_step) > 1:
+    # A K-seed step needs its seeds at the same step (one schedule value,
+    # one graph size); this only happens when some seeds ran elsewhere.
+    log("checkpoints at different steps (" + ", ".join(
+        f"step {k}: seeds {[r.seed for r, _, _ in g]}" for k, g in sorted(by_step.items()))
+        + "); training the groups one after the other")
+  for group in by_step.values():
+    if len(group) == 1:
+      run, params, opt_state = group[0]
+      results[run.seed] = _train_single(job, run, params, opt_state)
+    else:
+      results.update(_train_vmapped(job, group))
 
 
 @dataclasses.dataclass
@@ -654,6 +729,7 @@ class _Job:
   gin_str: str
   validation_mode: str
   settings: Dict[str, Any]   # run_settings: result.json's settings fields
+  definition: Dict[str, Any]  # run_definition: what a checkpoint must agree on
 
   def lambda_at(self, step: int) -> np.float32:
     """The penalty weight of train step `step` (0-based): the heuristic's reading."""
@@ -708,11 +784,19 @@ class _SeedRun:
     """Resume from the checkpoint, or initialise; returns (params, opt_state)."""
     job = self.job
     state = load_checkpoint(self.ckpt_path)
+    if state is not None:
+      self.check_resume(state, self.ckpt_path, self.definition)
     prefix = None if state is not None else self.calibration_prefix()
     if prefix is not None:
       state = load_checkpoint(prefix)
       if state is None or state["step"] != job.penalty_start:
         raise ValueError(f"{prefix} does not hold the state at step {job.penalty_start}")
+      # The lambda = 0 calibration run of this seed: this run's settings but
+      # trained to the switch (train_steps), as model `calibrate` without
+      # penalty (nar_markov/calibrate.py).
+      self.check_resume(state, prefix, dict(
+          self.definition, model="calibrate", lambda_gate=0.0, lambda_reading=None,
+          penalty_start_step=0, settings=dict(job.settings, train_steps=job.penalty_start)))
       log(f"{self.name}: continuing the lambda = 0 calibration run's training from "
           f"step {state['step']} ({prefix}): the same seed, data and schedule, and "
           "no penalty before the switch, so the same training")
@@ -730,6 +814,7 @@ class _SeedRun:
       state = {"step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
                "curves": empty_curves(), "train_time_s": 0.0, "eval_time_s": 0.0,
                "diverged_step": None}
+    state["definition"] = self.definition  # what this run's checkpoints are of
     self.state = state
     self.curves = state["curves"]
     self.step = state["step"]
@@ -739,6 +824,31 @@ class _SeedRun:
     if self.step == 0 and not self.curves["val"]["step"]:
       self.evaluate(params, 0)
     return params, opt_state
+
+  @property
+  def definition(self) -> Dict[str, Any]:
+    return dict(self.job.definition, seed=self.seed)
+
+  def check_resume(self, state, path: pathlib.Path, expected: Mapping[str, Any]) -> None:
+    """A checkpoint continues only the run it was written for; a mismatch is
+    an error that names the settings, and the checkpoint is kept."""
+    recorded = state.get("definition")
+    if recorded is None:  # written before checkpoints recorded their settings
+      log(f"WARNING: {path} records no settings (an older checkpoint); resuming "
+          "without checking them")
+      if state["step"] > expected["settings"]["train_steps"]:
+        raise ValueError(f"checkpoint {path} is at step {state['step']}, this run has "
+                         f"train_steps={expected['settings']['train_steps']}; the "
+                         "checkpoint is kept: use another results_dir or move it aside")
+      return
+    diffs = runs.definition_mismatch(recorded, expected)
+    if diffs:
+      raise ValueError(
+          f"checkpoint {path} was written with "
+          + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
+          + ", ".join(f"{k}={b!r}" for k, _, b in diffs)
+          + ". The checkpoint is kept (not resumed, not overwritten): use another "
+          "results_dir, or move it aside to train this run from step 0")
 
   def calibration_prefix(self) -> Optional[pathlib.Path]:
     """Schedule reading: the lambda = 0 calibration run of this seed, saved at
@@ -887,8 +997,7 @@ class _SeedRun:
            "test_score": result["test_score"], "lambda_gate": job.lam,
            "nb_dims": job.net.nb_dims[0]})
     atomic_write_bytes(self.result_path, json.dumps(jsonable(result), indent=1).encode())
-    if self.ckpt_path.exists():
-      self.ckpt_path.unlink()
+    self.ckpt_path.unlink(missing_ok=True)
     log(f"wrote {self.result_path}: status {result['status']}, test "
         f"{result['test_score'] if result['test_score'] is None else round(result['test_score'], 4)}")
     return result

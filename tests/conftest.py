@@ -67,15 +67,35 @@ def fake_slurm(tmp_path, monkeypatch):
   return {"calls": calls, "squeue_out": squeue_out}
 
 
+# The settings of gin/smoke.gin runs and of gin/multitask.gin runs on
+# ALGORITHMS=['bfs','dfs'] (what the sweep tests ask for), for `write_result`.
+SMOKE_SETTINGS = dict(train_steps=20, batch_size=8, hidden_size=16, learning_rate=0.0015,
+                      grad_clip_max_norm=1.0, schedule_steps=None, train_lengths=[4, 7],
+                      processor="triplet_gmpnn", nb_triplet_fts=4, gate_mlp_layers=2,
+                      gate_bias_init=0.0)
+MULTITASK_SETTINGS = dict(SMOKE_SETTINGS, train_steps=10000, batch_size=32, hidden_size=128,
+                          nb_triplet_fts=8, train_lengths=[4, 7, 11, 13, 16])
+
+
 @pytest.fixture
 def write_result():
-  """Writes a minimal result.json (status done unless `fields` say otherwise)."""
+  """Writes a minimal result.json (status done unless `fields` say otherwise),
+  with the definition of a gin/smoke.gin run (multi-task models: gin/multitask.gin
+  on bfs and dfs), so that the sweep counts it as done."""
+  from nar_markov import train
+
   def write(results, model, algorithm, seed, **fields):
     d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
     d.mkdir(parents=True, exist_ok=True)
     result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
               "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
-              "diverged_step": None, "test_score": 0.5}
+              "diverged_step": None, "test_score": 0.5, "lambda_gate": 0.0,
+              "lambda_reading": None, "penalty_start_step": 0}
+    if model.endswith("_multitask"):
+      result["settings"] = dict(train.run_settings(algorithm, **MULTITASK_SETTINGS),
+                                multitask_algorithms=["bfs", "dfs"])
+    else:
+      result["settings"] = train.run_settings(algorithm, **SMOKE_SETTINGS)
     result.update(fields)
     (d / "result.json").write_text(json.dumps(result))
 

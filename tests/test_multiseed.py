@@ -128,13 +128,15 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   for s in (1, 2):
     with open(train.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.pkl", "rb") as f:
       assert pickle.load(f)["step"] == 6
-  # Seed 0 "done" already: its result.json is returned as it is.
+  # Seed 0 done already (its separate run's result, with these settings): its
+  # result.json is returned as it is.
   d0 = train.run_dir(tmp_path, MODEL, ALG, 0)
   d0.mkdir(parents=True)
-  (d0 / "result.json").write_text(json.dumps({"seed": 0, "status": "done", "marker": 1}))
+  done = json.loads(json.dumps(train.jsonable(dict(separate[0], marker=1))))
+  (d0 / "result.json").write_text(json.dumps(done))
   results = train.run_experiment(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
                                  **TINY)
-  assert results[0] == {"seed": 0, "status": "done", "marker": 1}
+  assert results[0] == done
   for s, got in zip((1, 2), results[1:]):
     assert_same_result(got, separate[s])
 

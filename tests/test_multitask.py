@@ -144,7 +144,9 @@ def test_finished_job_is_not_run_again(runs, tmp_path):
   again = multitask.run_multitask_experiment(results_dir=str(runs["a"]), **TINY)
   assert again == json.loads(json.dumps(train.jsonable(runs["results_a"])))
   other = dict(TINY, algorithms=("bfs", "insertion_sort"))
-  with pytest.raises(ValueError, match="belongs to a multi-task run"):
+  with pytest.raises(ValueError, match="other settings.*multitask_algorithms: result "
+                     r"\['naive_string_matcher', 'bfs', 'insertion_sort'\], this run "
+                     r"\['bfs', 'insertion_sort'\]"):
     multitask.run_multitask_experiment(results_dir=str(runs["a"]), **other)
 
 

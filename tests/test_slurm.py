@@ -6,7 +6,9 @@
     CPU is deterministic);
   * a job requeued mid-run (`scontrol requeue`) and a preempted one (submitit's
     USR2 -> TrainJob.checkpoint() -> requeue) resume from their checkpoints
-    and finish with the full step count.
+    and finish with the full step count;
+  * two sweeps started at once on one results folder (Slurm and local) train
+    each run once.
 
 Without `sbatch` these tests skip, unless NAR_REQUIRE_SLURM=1 (CI), where
 they fail.  If Slurm is installed but not answering and we are root, the
@@ -92,7 +94,8 @@ def _sweep(args, env, cwd):
 
 
 def _job_ids(results) -> list:
-  return [j["job_id"] for m in status_lib.read_manifests(results) for j in m["jobs"]]
+  return [j["job_id"] for m in status_lib.read_manifests(results) for j in m["jobs"]
+          if j["job_id"]]
 
 
 def _cancel_jobs(results):
@@ -184,8 +187,8 @@ def test_slurm_sweep_completes_and_rerun_submits_nothing(slurm_sweep, sweep_env)
 
   status = _sweep(["--status", "--results", str(results)], sweep_env, results.parent)
   rows = [l.split() for l in status.stdout.splitlines() if l.startswith("baseline ")]
-  assert rows == [["baseline", "bfs", "2", "0", "0", "0", "0"],
-                  ["baseline", "insertion_sort", "2", "0", "0", "0", "0"]], status.stdout
+  assert rows == [["baseline", "bfs", "2", "0", "0", "0", "0", "0", "0"],
+                  ["baseline", "insertion_sort", "2", "0", "0", "0", "0", "0", "0"]], status.stdout
 
 
 def test_local_cluster_writes_the_same_results(slurm_sweep, sweep_env, tmp_path):
@@ -392,3 +395,44 @@ def test_gforget_sweep_calibrates_first_and_each_task_waits_for_its_algorithm(
   status = _sweep(["--status", "--results", str(results)], sweep_env, tmp_path)
   assert "lambda calibrations" in status.stdout
   assert re.search(r"schedule\s+insertion_sort\s+done: lambda = ", status.stdout), status.stdout
+
+
+def _two_sweeps_at_once(args, env, cwd):
+  procs = [subprocess.Popen([sys.executable, str(SWEEP)] + list(args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+           for _ in range(2)]
+  outs = [p.communicate(timeout=1200) for p in procs]
+  return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs)]
+
+
+@pytest.mark.parametrize("cluster", ["slurm", "local"])
+def test_two_sweeps_at_once_train_each_run_once(cluster, slurm, sweep_env, tmp_path):
+  """Two identical sweeps started together on one results folder: one plans and
+  submits under the sweep lock, the other waits and then finds every run queued
+  or running; each run is trained exactly once."""
+  results = tmp_path / "results"
+  seeds = "SEEDS=[0,1]" if cluster == "slurm" else "SEEDS=[0]"
+  args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
+          "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", seeds,
+          "--gin_param", "run_experiment.train_steps=10", "--cluster", cluster,
+          "--results", str(results)] + SMALL_JOBS
+  n = 2 if cluster == "slurm" else 1
+  try:
+    outs = _two_sweeps_at_once(args, sweep_env, tmp_path)
+    assert [rc for rc, _, _ in outs] == [0, 0], outs
+    firsts = sorted(out.splitlines()[0] for _, out, _ in outs)
+    head = f"sweep baseline: {n} runs (1 algorithms x {n} seeds) on {cluster}; "
+    assert firsts == [head + f"0 runs to submit, 0 already done, {n} already queued or running",
+                      head + f"{n} runs to submit, 0 already done"], outs
+    _wait_for_sweep(results, expected_runs=n)
+  finally:
+    _cancel_jobs(results)
+  jobs = [j for m in status_lib.read_manifests(results) for j in m["jobs"]]
+  assert sorted((j["seed"], bool(j["job_id"])) for j in jobs) == [(s, True) for s in range(n)]
+  for j in jobs:
+    log = pathlib.Path(j["stderr"]).read_text()
+    # One training: the run's initial validation and its result, once each.
+    assert log.count(f"wrote {j['run_dir']}/result.json") == 1, log[-3000:]
+    r = _load(results, "baseline", "bfs", j["seed"])
+    assert (r["status"], r["steps"]) == ("done", 10)
+    assert r["curves"]["train"]["step"] == [5, 10]

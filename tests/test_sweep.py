@@ -364,11 +364,11 @@ def test_status_counts_each_state_and_names_failure_logs(write_result, tmp_path,
   assert rc == 0
   rows = {tuple(l.split()[:2]): [int(x) for x in l.split()[2:]]
           for l in out.splitlines() if l.startswith(("baseline ", "total "))}
-  #                            done diverged running failed missing
-  assert rows[("baseline", "bfs")] == [1, 1, 0, 0, 1]
-  assert rows[("baseline", "dfs")] == [0, 0, 1, 2, 0]
+  #                            done diverged running failed missing corrupt other
+  assert rows[("baseline", "bfs")] == [1, 1, 0, 0, 1, 0, 0]
+  assert rows[("baseline", "dfs")] == [0, 0, 1, 2, 0, 0, 0]
   assert out.splitlines()[1].split() == ["model", "algorithm", "done", "diverged",
-                                         "running", "failed", "missing"]
+                                         "running", "failed", "missing", "corrupt", "other"]
   assert f"baseline/dfs/seed1  job 77_1  log {records[1]['stderr']}" in out
   assert "ValueError: lambda_gate boom" in out
   assert f"baseline/dfs/seed2  job 77_2  log {records[2]['stderr']}" in out
@@ -381,7 +381,8 @@ def test_status_counts_each_state_and_names_failure_logs(write_result, tmp_path,
   out = capsys.readouterr().out
   rows = {tuple(l.split()[:2]): [int(x) for x in l.split()[2:]]
           for l in out.splitlines() if l.startswith("baseline ")}
-  assert rows == {("baseline", "bfs"): [1, 1, 0, 0, 0], ("baseline", "dfs"): [0, 0, 1, 2, 0]}
+  assert rows == {("baseline", "bfs"): [1, 1, 0, 0, 0, 0, 0],
+                  ("baseline", "dfs"): [0, 0, 1, 2, 0, 0, 0]}
 
 
 def test_status_when_slurm_cannot_be_asked(tmp_path, monkeypatch, capsys):

@@ -1,0 +1,331 @@
+"""The one owner of the results format: run folders, file names, the result schema, done-ness, locks.
+
+Imports no jax: the launcher, ``--status`` and the analysis read results through it.
+
+A run ``<results>/<model>/<algorithm>/seed<k>/`` is **done** when `check_result` says so: its
+``result.json`` parses, has the schema (`result_problems`), a final status (done or diverged)
+and the definition the caller asks for -- model, algorithm, seed, the training settings
+(``train.run_settings``) and λ (value, reading of the heuristic, first penalised step). A file
+that merely exists is not enough. The verdicts:
+
+  done / diverged   a valid result with the asked-for definition;
+  missing           no result.json;
+  corrupt           unreadable, not the schema, or not a final status: moved aside
+                    (`move_aside`, never deleted) and trained again;
+  other             a valid result made with another definition, or one without a
+                    "settings" record (an older version): never counted as done, never
+                    silently retrained -- the sweep refuses; `archive_run` moves it away.
+
+Locks (``fcntl.flock``; released when the holder exits, even when killed): `run_lock` on a
+run folder while it trains (a second trainer is refused, `LockHeld`), `sweep_lock` on a
+results folder while a sweep plans and submits (a second sweep waits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import json
+import math
+import os
+import pathlib
+import socket
+import sys
+import tempfile
+import time
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+RESULT_SCHEMA = "nar_markov.result/1"
+RESULT_NAME = "result.json"
+CHECKPOINT_NAME = "checkpoint.pkl"
+# A calibration run's state at its last step, from which G-ForgetNet's run of
+# the same seed continues under the schedule reading (nar_markov/calibrate.py).
+FINAL_STATE_NAME = "final_state.pkl"
+PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
+CONFIG_NAME = "config.gin"
+LOCK_NAME = ".lock"
+SWEEP_LOCK = "_sweeps/.lock"
+ARCHIVE_DIR = "_archive"  # results moved away by `sweep.py --archive-mismatched`
+FINAL_STATUSES = ("done", "diverged")
+
+# key -> accepted types (bool is rejected separately: it is an int to Python).
+REQUIRED = {
+    "schema": (str,),
+    "model": (str,),
+    "algorithm": (str,),
+    "seed": (int,),
+    "status": (str,),
+    "test_score": (int, float, type(None)),
+    "steps": (int,),
+    "train_steps": (int,),
+}
+# Optional keys: their type is checked when present and not null.
+OPTIONAL = {
+    "lambda_reading": (str,),
+    "lambda_calibration": (dict,),
+    "settings": (dict,),
+}
+
+
+def run_dir(results_dir, model: str, algorithm: str, seed: int) -> pathlib.Path:
+  return pathlib.Path(results_dir) / model / algorithm / f"seed{int(seed)}"
+
+
+def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
+  """Write to a temp file in the same folder, fsync, then rename over `path`."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from a shared group
+    with os.fdopen(fd, "wb") as f:
+      f.write(payload)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+# -- the result schema -----------------------------------------------------------
+
+
+def result_problems(result: Any, algorithms: Optional[Iterable[str]] = None) -> List[str]:
+  """Why `result` (parsed JSON) is not a usable run's result; [] if it is.
+
+  `algorithms`: the valid algorithm names, when the caller wants them checked
+  (the analysis does: CLRS-30's names).
+  """
+  if not isinstance(result, dict):
+    return [f"top level is {type(result).__name__}, not an object"]
+  problems = []
+  for key, types in REQUIRED.items():
+    if key not in result:
+      problems.append(f"missing key {key!r}")
+    elif isinstance(result[key], bool) or not isinstance(result[key], types):
+      problems.append(f"{key!r} has type {type(result[key]).__name__}")
+  for key, types in OPTIONAL.items():
+    value = result.get(key)
+    if value is not None and not isinstance(value, types):
+      problems.append(f"{key!r} has type {type(value).__name__}")
+  if problems:
+    return problems
+  if result["schema"] != RESULT_SCHEMA:
+    problems.append(f"schema {result['schema']!r} is not {RESULT_SCHEMA!r}")
+  if result["status"] not in FINAL_STATUSES:
+    problems.append(f"status {result['status']!r} not in {FINAL_STATUSES}")
+  if algorithms is not None and result["algorithm"] not in set(algorithms):
+    problems.append(f"algorithm {result['algorithm']!r} is not a CLRS-30 algorithm")
+  score = result["test_score"]
+  if score is None:
+    if result["status"] != "diverged":
+      problems.append("test_score is null but status is not diverged")
+  elif not (math.isfinite(score) and 0.0 <= score <= 1.0):
+    problems.append(f"test_score {score!r} is not a fraction in [0, 1]")
+  return problems
+
+
+def read_result(path) -> Tuple[Optional[dict], List[str]]:
+  """(the parsed result, problems): (None, [why]) when it does not parse."""
+  try:
+    result = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+  except (OSError, UnicodeDecodeError, ValueError) as e:
+    return None, [f"unreadable JSON ({e})"]
+  return result, result_problems(result)
+
+
+# -- what defines a run ------------------------------------------------------------
+
+
+def _norm(value):
+  if isinstance(value, (list, tuple)):
+    return [_norm(v) for v in value]
+  if isinstance(value, float) and value.is_integer():
+    return int(value)
+  return value
+
+
+def _same(a, b) -> bool:
+  a, b = _norm(a), _norm(b)
+  if (isinstance(a, (int, float)) and isinstance(b, (int, float))
+      and not isinstance(a, bool) and not isinstance(b, bool)):
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+  return a == b
+
+
+def definition_mismatch(recorded: Mapping[str, Any], expected: Mapping[str, Any]
+                        ) -> List[Tuple[str, Any, Any]]:
+  """(name, recorded, expected) for each defining value that differs.
+
+  `expected`: the run's definition (``train.run_definition``: model, algorithm,
+  seed, lambda_gate, lambda_reading, penalty_start_step, and "settings", a
+  dict compared key by key).  A key absent from `expected` is not compared (the
+  sweep does not know λ before its algorithm is calibrated).
+  """
+  out = []
+  for key, want in expected.items():
+    if key == "settings":
+      theirs = recorded.get("settings")
+      theirs = theirs if isinstance(theirs, Mapping) else {}
+      for k, v in want.items():
+        if not _same(theirs.get(k), v):
+          out.append((k, theirs.get(k), v))
+    elif not _same(recorded.get(key), want):
+      out.append((key, recorded.get(key), want))
+  return out
+
+
+def format_mismatch(diffs: Sequence[Tuple[str, Any, Any]], theirs: str = "result",
+                    ours: str = "this run") -> str:
+  return "; ".join(f"{k}: {theirs} {a!r}, {ours} {b!r}" for k, a, b in diffs)
+
+
+# -- is a run done? ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  state: str                      # done | diverged | missing | corrupt | other
+  path: pathlib.Path              # the result.json
+  detail: str = ""
+  result: Optional[dict] = None   # the parsed result (done, diverged, other)
+
+  @property
+  def done(self) -> bool:
+    return self.state in FINAL_STATUSES
+
+
+def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None) -> Verdict:
+  """Whether the run in `run_folder` is done: THE test, for the sweep, --dry-run,
+  --status and run_experiment alike.
+
+  `expected`: the run's definition (`definition_mismatch`); None checks the
+  result only (``--status`` without gin files, which knows no settings).
+  """
+  path = pathlib.Path(run_folder) / RESULT_NAME
+  if not path.exists():
+    return Verdict("missing", path, "no result.json")
+  result, problems = read_result(path)
+  if problems:
+    return Verdict("corrupt", path, "; ".join(problems))
+  if expected is not None:
+    if not isinstance(result.get("settings"), dict):
+      return Verdict("other", path, "no 'settings' record (written by an older version): "
+                     "its settings cannot be checked", result)
+    diffs = definition_mismatch(result, expected)
+    if diffs:
+      return Verdict("other", path, "made with other settings: " + format_mismatch(diffs),
+                     result)
+  return Verdict(result["status"], path,
+                 f"diverged at step {result.get('diverged_step')}"
+                 if result["status"] == "diverged" else f"test_score {result['test_score']}",
+                 result)
+
+
+def _stamp() -> str:
+  return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+
+
+def move_aside(path) -> pathlib.Path:
+  """A corrupt result (or any file) renamed to `<name>.corrupt-<timestamp>`, kept."""
+  path = pathlib.Path(path)
+  target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
+  os.rename(path, target)
+  return target
+
+
+def archive_run(results_dir, run_folder) -> pathlib.Path:
+  """Move a whole run folder to `<results>/_archive/<timestamp>/<model>/<algorithm>/seed<k>`."""
+  run_folder = pathlib.Path(run_folder)
+  rel = run_folder.resolve().relative_to(pathlib.Path(results_dir).resolve())
+  target = pathlib.Path(results_dir) / ARCHIVE_DIR / _stamp() / rel
+  target.parent.mkdir(parents=True, exist_ok=True)
+  os.rename(run_folder, target)
+  return target
+
+
+def result_files(results_dir) -> List[pathlib.Path]:
+  """Every result.json under `results_dir`, sorted, except archived ones."""
+  root = pathlib.Path(results_dir)
+  return sorted(p for p in root.glob(f"**/{RESULT_NAME}")
+                if ARCHIVE_DIR not in p.relative_to(root).parts)
+
+
+# -- locks -------------------------------------------------------------------------
+
+
+class LockHeld(RuntimeError):
+  """Another process holds the lock (a run being trained elsewhere)."""
+
+
+def _holder(f) -> str:
+  try:
+    f.seek(0)
+    text = f.read().strip()
+  except OSError:
+    text = ""
+  return text or "unknown process"
+
+
+def _acquire(path: pathlib.Path, wait: bool, on_wait=None):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  f = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+  try:
+    try:
+      fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = _holder(f)
+      if not wait:
+        raise LockHeld(holder) from None
+      if on_wait is not None:
+        on_wait(holder)
+      fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+    f.flush()
+  except BaseException:
+    f.close()
+    raise
+  return f
+
+
+@contextlib.contextmanager
+def run_lock(run_folder):
+  """Held while a run trains; raises LockHeld at once if another process holds it.
+
+  Refusing (not waiting) is the choice: two trainers of one run mean two jobs
+  for one run, and the second should end now rather than hold a Slurm slot
+  until the first is done.
+  """
+  path = pathlib.Path(run_folder) / LOCK_NAME
+  try:
+    f = _acquire(path, wait=False)
+  except LockHeld as e:
+    raise LockHeld(f"{run_folder} is being trained by another process ({e}; lock "
+                   f"{path}): not starting a second training of the same run") from None
+  try:
+    yield path
+  finally:
+    f.close()
+
+
+@contextlib.contextmanager
+def sweep_lock(results_dir):
+  """Held while a sweep plans, writes its manifest and submits; a second sweep waits."""
+  path = pathlib.Path(results_dir) / SWEEP_LOCK
+
+  def say(holder):
+    print(f"waiting for {path}: another sweep on this results folder is planning or "
+          f"submitting ({holder})", file=sys.stderr, flush=True)
+
+  f = _acquire(path, wait=True, on_wait=say)
+  try:
+    yield path
+  finally:
+    f.close()

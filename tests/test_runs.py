@@ -1,0 +1,308 @@
+"""Results that cannot be wrong, lost or trained twice (nar_markov.runs).
+
+  * done means verified: a result.json counts only when it reads back with the
+    schema, a final status and the sweep's settings; --status, --dry-run, the
+    sweep and run_experiment give the same verdict (one function);
+  * corrupt results are moved aside and rerun; results made with other
+    settings are refused, or archived with --archive-mismatched;
+  * locks: one trainer per run, one sweep at a time per results folder;
+  * a checkpoint resumes only the run it was written for.
+"""
+
+import json
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+  sys.path.insert(0, str(REPO_ROOT))
+
+from conftest import SMOKE_SETTINGS  # pylint: disable=wrong-import-position  (tests/ is on sys.path)
+from launch import status as status_lib  # pylint: disable=wrong-import-position
+from launch import sweep  # pylint: disable=wrong-import-position
+from nar_markov import config  # pylint: disable=wrong-import-position
+from nar_markov import runs  # pylint: disable=wrong-import-position
+from nar_markov import train  # pylint: disable=wrong-import-position
+
+# gin logs through absl on its first parse, and absl keeps the stream it first
+# wrote to: parse once here, not under `capsys` (whose stream is closed after
+# the test, which then breaks pytest's own capture).
+config.parse_gin(["gin/baseline.gin"])
+
+SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
+         "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]"]
+TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
+            eval_every_steps=5, log_every_steps=5, checkpoint_every_steps=5,
+            val_max_samples=8, test_max_samples=8, progress=False)
+
+
+@pytest.fixture
+def cache(monkeypatch, data_cache_dir):
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+
+
+def _result_path(results, model="baseline", algorithm="bfs", seed=0):
+  return pathlib.Path(results) / model / algorithm / f"seed{seed}" / "result.json"
+
+
+# -- done means verified: one verdict, everywhere ---------------------------------------
+
+# (what is in result.json, the verdict)
+CASES = {
+    "valid": (None, "done"),
+    "truncated": ('{"schema": "nar_markov.result/1", "model": "base', "corrupt"),
+    "list": ("[]", "corrupt"),
+    "not final": ({"status": "running"}, "corrupt"),
+    "no settings (older version)": ({"settings": None}, "other"),
+    "demo budget": ({"settings": {"train_steps": 200}}, "other"),
+    "hidden 64": ({"settings": {"hidden_size": 64}}, "other"),
+    "other lambda": ({"lambda_gate": 0.5}, "other"),
+}
+
+
+def _write_case(write_result, results, content):
+  if isinstance(content, str):
+    path = _result_path(results)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    return
+  write_result(results, "baseline", "bfs", 0)
+  if content:
+    path = _result_path(results)
+    result = json.loads(path.read_text())
+    for key, value in content.items():
+      if isinstance(value, dict):
+        result[key].update(value)
+      elif value is None:
+        del result[key]
+      else:
+        result[key] = value
+    path.write_text(json.dumps(result))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_status_dry_run_and_sweep_agree_on_what_is_done(case, write_result, tmp_path,
+                                                        fake_slurm, capsys):
+  content, verdict = CASES[case]
+  results = tmp_path / "results"
+  _write_case(write_result, results, content)
+  before = _result_path(results).read_bytes()
+
+  # The sweep's definition of baseline/bfs/seed0 under gin/smoke.gin.
+  expected = dict(train.run_definition("baseline", "bfs", train.run_settings(
+      "bfs", **SMOKE_SETTINGS), 0.0, 0, None), seed=0)
+  assert runs.check_result(_result_path(results).parent, expected).state == verdict
+
+  # --status (with the sweep's gin files: it knows the settings).
+  assert sweep.main(["--status", "--results", str(results)] + SMOKE) == 0
+  out = capsys.readouterr().out
+  row = next(l.split() for l in out.splitlines() if l.startswith("baseline "))
+  counts = dict(zip(status_lib.STATES, map(int, row[2:])))
+  assert counts == {s: int(s == verdict) for s in status_lib.STATES}, out
+
+  # --dry-run
+  rc = sweep.main(SMOKE + ["--results", str(results), "--dry-run"])
+  out, err = capsys.readouterr()
+  if verdict == "done":
+    assert rc == 0 and "skip (done)" in out and "0 runs to submit, 1 already done" in out
+  elif verdict == "corrupt":
+    assert rc == 0 and "1 runs to submit, 0 already done" in out
+    assert "(corrupt: " in out and "moved aside)" in out
+  else:
+    assert rc == 2 and "1 runs have results made with other settings" in err, err
+    assert "baseline/bfs/seed0: " in err and "--archive-mismatched" in err
+  assert _scripts(fake_slurm) == [] and _result_path(results).read_bytes() == before
+
+  # The sweep.
+  rc = sweep.main(SMOKE + ["--results", str(results)])
+  out, err = capsys.readouterr()
+  if verdict == "done":
+    assert rc == 0 and len(_scripts(fake_slurm)) == 0
+    assert _result_path(results).read_bytes() == before
+  elif verdict == "corrupt":
+    assert rc == 0 and len(_scripts(fake_slurm)) == 1
+    (aside,) = _result_path(results).parent.glob("result.json.corrupt-*")
+    assert aside.read_bytes() == before and not _result_path(results).exists()
+    assert f"moved aside to {aside}" in out
+  else:
+    assert rc == 2 and len(_scripts(fake_slurm)) == 0  # refused: nothing submitted
+    assert _result_path(results).read_bytes() == before
+    rc = sweep.main(SMOKE + ["--results", str(results), "--archive-mismatched"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and len(_scripts(fake_slurm)) == 1, out + err
+    (archived,) = (results / runs.ARCHIVE_DIR).glob("*/baseline/bfs/seed0/result.json")
+    assert archived.read_bytes() == before and not _result_path(results).exists()
+    assert f"archived to {archived.parent}" in out
+    # The analysis does not read archived results.
+    assert runs.result_files(results) == []
+
+
+def _scripts(fake):
+  return sorted(fake["calls"].glob("script_*.sh"))
+
+
+def test_status_without_gin_checks_the_result_only(write_result, tmp_path):
+  results = tmp_path / "results"
+  write_result(results, "baseline", "bfs", 0, settings={"hidden_size": 64})
+  write_result(results, "baseline", "bfs", 1, status="running")
+  statuses, _ = status_lib.classify(results)
+  assert [(s.seed, s.state) for s in statuses] == [(0, "done"), (1, "corrupt")]
+
+
+def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
+    tmp_path, cache):
+  common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
+                train_steps=5, **TINY)
+  path = _result_path(tmp_path)
+  path.parent.mkdir(parents=True)
+  path.write_text('{"schema": "nar_markov.res')
+  result = train.run_experiment(**common)  # was: "exists; nothing to do", JSONDecodeError
+  assert result["status"] == "done" and result["steps"] == 5
+  (aside,) = path.parent.glob("result.json.corrupt-*")
+  assert aside.read_text() == '{"schema": "nar_markov.res'
+  assert runs.check_result(path.parent, dict(
+      train.run_definition("baseline", "bfs", result["settings"], 0.0, 0, None),
+      seed=0)).state == "done"
+  written = path.read_bytes()
+  # Verified done: read back, not retrained.
+  assert train.run_experiment(**common) == json.loads(written)
+  # Other settings: refused, nothing touched.
+  with pytest.raises(ValueError, match=r"other settings.*train_steps: result 5, this run 3"):
+    train.run_experiment(**dict(common, train_steps=3))
+  with pytest.raises(ValueError, match=r"hidden_size: result 16, this run 32"):
+    train.run_experiment(**dict(common, hidden_size=32))
+  assert path.read_bytes() == written
+
+
+# -- locks --------------------------------------------------------------------------------
+
+
+def test_a_run_being_trained_is_not_trained_again(tmp_path, cache):
+  run_folder = _result_path(tmp_path).parent
+  with runs.run_lock(run_folder):
+    with pytest.raises(runs.LockHeld, match="being trained by another process"):
+      train.run_experiment(algorithm="bfs", seed=0, model="baseline",
+                           results_dir=str(tmp_path), train_steps=5, **TINY)
+    # Another process, too (flock is per open file, not per process).
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(f"""\
+            from nar_markov import runs
+            try:
+              with runs.run_lock({str(run_folder)!r}):
+                print("acquired")
+            except runs.LockHeld as e:
+              print("held:", e)
+            """)], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert proc.stdout.startswith("held: ") and f"pid {os.getpid()}" in proc.stdout
+  assert not _result_path(tmp_path).exists()
+  with runs.run_lock(run_folder):  # released
+    pass
+
+
+_SLOW_SBATCH = """\
+    sleep 3
+    n=$(ls {calls} | wc -l)
+    cp "$1" {calls}/script_$n.sh
+    echo "Submitted batch job $((4242 + n))"
+    """
+
+
+def test_two_sweeps_at_once_submit_each_run_once(tmp_path, fake_slurm, data_cache_dir):
+  """Both sweeps start together; sbatch takes 3 s.  Without the lock both plan
+  before either has written its manifest, and submit two arrays."""
+  bin_dir = pathlib.Path(fake_slurm["calls"]).parent / "fake_bin"
+  (bin_dir / "sbatch").write_text("#!/bin/sh\n" + textwrap.dedent(
+      _SLOW_SBATCH.format(calls=fake_slurm["calls"])))
+  # squeue: every task of every array submitted so far is pending.
+  (bin_dir / "squeue").write_text(textwrap.dedent(f"""\
+      #!/bin/sh
+      for f in {fake_slurm['calls']}/script_*.sh; do
+        [ -e "$f" ] || continue
+        n=$(basename "$f" .sh | sed 's/script_//')
+        for t in 0 1 2 3; do echo "$((4242 + n))_$t|PENDING"; done
+      done
+      """))
+  results = tmp_path / "results"
+  args = [sys.executable, str(REPO_ROOT / "launch" / "sweep.py"), "--gin", "gin/baseline.gin",
+          "--gin", "gin/smoke.gin", "--gin_param", "ALGORITHMS=['bfs','insertion_sort']",
+          "--gin_param", "SEEDS=[0,1]", "--cluster", "slurm", "--results", str(results)]
+  env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir))
+  procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT, env=env) for _ in range(2)]
+  outs = [p.communicate(timeout=600) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], outs
+  firsts = sorted(o.splitlines()[0] for o, _ in outs)
+  assert firsts == [
+      "sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; 0 runs to submit, "
+      "0 already done, 4 already queued or running",
+      "sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; 4 runs to submit, "
+      "0 already done"], outs
+  assert len(_scripts(fake_slurm)) == 1
+  jobs = [j for m in status_lib.read_manifests(results) for j in m["jobs"]]
+  assert sorted((j["algorithm"], j["seed"], j["job_id"]) for j in jobs) == [
+      ("bfs", 0, "4242_0"), ("bfs", 1, "4242_1"), ("insertion_sort", 0, "4242_2"),
+      ("insertion_sort", 1, "4242_3")]
+
+
+def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeypatch, capsys):
+  """While sbatch runs, the runs are in the manifest, planned, and count as
+  queued for anyone who looks (another sweep, --status)."""
+  seen = []
+  real = sweep.submit_slurm
+
+  def spy(executor, todo, manifest, resources, after=None):
+    results = pathlib.Path(todo[0].results_dir)
+    (m,) = status_lib.read_manifests(results)
+    seen.append([(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]])
+    statuses, _ = status_lib.classify(results)
+    seen.append({(s.algorithm, s.seed): (s.state, s.detail) for s in statuses})
+    return real(executor, todo, manifest, resources, after)
+
+  monkeypatch.setattr(sweep, "submit_slurm", spy)
+  results = tmp_path / "results"
+  assert sweep.main(SMOKE + ["--results", str(results)]) == 0
+  capsys.readouterr()
+  planned, states = seen
+  assert planned == [("bfs", 0, None)]
+  assert states == {("bfs", 0): ("running", f"queued by sweep pid {os.getpid()} "
+                                            "(not submitted yet)")}
+  (m,) = status_lib.read_manifests(results)
+  assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [("bfs", 0, "4242")]
+
+
+# -- resume checks the settings -----------------------------------------------------------
+
+
+def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
+  common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
+                **TINY)
+  assert train.run_experiment(train_steps=20, stop_after_steps=5,
+                              **common)["status"] == "interrupted"
+  ckpt = _result_path(tmp_path).parent / "checkpoint.pkl"
+  saved = ckpt.read_bytes()
+  assert pickle.loads(saved)["definition"]["settings"]["train_steps"] == 20
+  # Was: finished "done" with steps 5 > train_steps 3.
+  with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.pkl was written with "
+                     r"train_steps=20, schedule_steps=20; this run has train_steps=3, "
+                     r"schedule_steps=3\. The checkpoint is kept"):
+    train.run_experiment(train_steps=3, **common)
+  # Was: a bare haiku shape error.
+  with pytest.raises(ValueError, match=r"hidden_size=16.*this run has.*hidden_size=32"):
+    train.run_experiment(train_steps=20, **dict(common, hidden_size=32))
+  with pytest.raises(ValueError, match=r"model='baseline'.*this run has model='forget'"):
+    # Another model label in the same folder cannot happen through run_dir;
+    # a checkpoint copied by hand is refused all the same.
+    other = tmp_path / "forget" / "bfs" / "seed0"
+    other.mkdir(parents=True)
+    (other / "checkpoint.pkl").write_bytes(saved)
+    train.run_experiment(train_steps=20, **dict(common, model="forget"))
+  assert ckpt.read_bytes() == saved and not _result_path(tmp_path).exists()
+  result = train.run_experiment(train_steps=20, **common)
+  assert result["status"] == "done" and result["steps"] == 20
+  assert result["curves"]["train"]["step"] == [5, 10, 15, 20]  # resumed, not restarted
