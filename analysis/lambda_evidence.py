@@ -81,6 +81,10 @@ def report(results) -> str:
       continue
     for s in rec["seeds"]:
       for t in s.get("trials", []):
+        if t.get("share") is None:
+          lines.append(f"| {alg} | {s['seed']} | {t['trial']} | {t['lambda']:.4g} | "
+                       f"diverged at step {t.get('diverged_step')} | | | | |")
+          continue
         lines.append(f"| {alg} | {s['seed']} | {t['trial']} | {t['lambda']:.4g} | "
                      f"{t['L']:.4g} | {t['G']:.4g} | {t['P']:.4g} | {t['share']:.3f} | "
                      f"{t['gate_norm']:.4g} |")

@@ -61,16 +61,15 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 import pathlib
 import statistics
 import sys
-import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 
 from nar_markov import quiet
+from nar_markov import runs
 
 READINGS = ("schedule", "constant")
 RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
@@ -184,7 +183,9 @@ def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float
                  factor: float = 10.0) -> Optional[float]:
   """The next λ to try, or None when the last trial is in the band.
 
-  `trials`: dicts with 'lambda' > 0 and 'share', in the order tried.  While
+  `trials`: dicts with 'lambda' > 0 and 'share', in the order tried (share
+  None: the trial diverged before the window ended, counted as above the
+  band -- its λ was too large to train with).  While
   every share is below (above) the band, λ grows (shrinks) by `factor`.
   Once bracketed -- a trial below the band and one above -- a secant step in
   (log λ, logit share) between the tightest such pair, or their geometric
@@ -195,10 +196,11 @@ def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float
   lo, hi = band
   if not trials:
     raise ValueError("propose_next needs at least one trial")
-  if lo <= trials[-1]["share"] <= hi:
+  last = trials[-1]["share"]
+  if last is not None and lo <= last <= hi:
     return None
-  below = [t for t in trials if t["share"] < lo]
-  above = [t for t in trials if t["share"] > hi]
+  below = [t for t in trials if t["share"] is not None and t["share"] < lo]
+  above = [t for t in trials if t["share"] is None or t["share"] > hi]
   if not above:
     nxt = max(t["lambda"] for t in trials) * factor
   elif not below:
@@ -209,7 +211,7 @@ def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float
     b = (min(candidates, key=lambda t: t["lambda"]) if candidates
          else min(above, key=lambda t: abs(math.log(t["lambda"] / a["lambda"]))))
     xa, xb = math.log(a["lambda"]), math.log(b["lambda"])
-    ya, yb = _logit(a["share"]), _logit(b["share"])
+    ya, yb = _logit(a["share"]), _logit(1.0 if b["share"] is None else b["share"])
     target = _logit(0.5 * (lo + hi))
     x = None
     if yb != ya:
@@ -227,7 +229,10 @@ def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float
 def closest_trial(trials: Sequence[Mapping[str, float]],
                   band: Tuple[float, float]) -> Mapping[str, float]:
   target = 0.5 * (band[0] + band[1])
-  return min(trials, key=lambda t: abs(t["share"] - target))
+  measured = [t for t in trials if t["share"] is not None]
+  if not measured:
+    raise CalibrationError("every search trial diverged before the calibration step")
+  return min(measured, key=lambda t: abs(t["share"] - target))
 
 
 def search(run_trial: Callable[[int, float], Dict[str, Any]], lambda0: float,
@@ -250,7 +255,7 @@ def search(run_trial: Callable[[int, float], Dict[str, Any]], lambda0: float,
       break
     lam = nxt
   last = trials[-1]
-  if band[0] <= last["share"] <= band[1]:
+  if last["share"] is not None and band[0] <= last["share"] <= band[1]:
     return trials, last, True
   return trials, dict(closest_trial(trials, band)), False
 
@@ -286,20 +291,7 @@ def check_results_dir(results_dir) -> pathlib.Path:
 
 
 def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    os.chmod(tmp, 0o644)
-    with os.fdopen(fd, "w") as f:
-      json.dump(obj, f, indent=1)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  runs.atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
 def read_record(path: pathlib.Path) -> Optional[Dict[str, Any]]:
@@ -465,8 +457,14 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
           raise CalibrationError(
               f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "
               f"search now asks for {lam} (other settings?); move it aside")
+        run_folder = str(train.run_dir(trial_dir, "calibrate", algorithm, seed))
+        if res["status"] == "diverged" and res["diverged_step"] <= step:
+          log(f"{algorithm} seed {seed} trial {i}: λ = {lam:.6g} diverged at step "
+              f"{res['diverged_step']}: counted as above the band")
+          return {"share": None, "status": "diverged", "steps": res["steps"],
+                  "diverged_step": res["diverged_step"], "run_dir": run_folder}
         out = measure(res, step, window)
-        out["run_dir"] = str(train.run_dir(trial_dir, "calibrate", algorithm, seed))
+        out["run_dir"] = run_folder
         log(f"{algorithm} seed {seed} trial {i}: λ = {lam:.6g} -> penalty share "
             f"{out['share']:.3f} (L {out['L']:.4g}, G {out['G']:.4g})")
         return out

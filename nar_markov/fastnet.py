@@ -487,7 +487,7 @@ class FastNet(model_lib.Net):
     if gate is None:
       gate_sum = jnp.zeros((batch_size,))
     else:
-      gate_sum = jnp.sum(jnp.linalg.norm(gate, axis=-1), axis=-1)  # Eq. 6 term
+      gate_sum = jnp.sum(model_lib.safe_norm(gate), axis=-1)  # Eq. 6 term
     history_norm = jnp.mean(
         jnp.linalg.norm(history, axis=-1), axis=-1) / np.sqrt(cfg.hidden_size)
     return nxt_hidden, hint_preds, dec_in, edges, gate_sum, history_norm

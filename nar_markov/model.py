@@ -124,6 +124,19 @@ def nb_dims_of(feedback) -> Dict[str, int]:
   return dims
 
 
+def safe_norm(x: chex.Array) -> chex.Array:
+  """||x||_2 over the last axis, with gradient 0 (not NaN) where x is exactly 0.
+
+  The gate penalty's norm: a strong penalty drives the gate's sigmoid to
+  exactly 0 in float32, where the norm's gradient x / ||x|| is 0/0 -- a NaN
+  that made such runs "diverge" with a finite, small loss.  Same value and,
+  elsewhere, the same gradient as jnp.linalg.norm.
+  """
+  sq = jnp.sum(x * x, axis=-1)
+  nonzero = sq > 0
+  return jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
+
+
 class HistoryGate(hk.Module):
   """Eq. 5: g(t) = sigmoid(MLP([x(t), h(t-1)])), same shape as h(t-1)."""
 
@@ -235,7 +248,7 @@ class Net(hk.Module):
     if gate is None:
       gate_sum = jnp.zeros((batch_size,))
     else:
-      gate_sum = jnp.sum(jnp.linalg.norm(gate, axis=-1), axis=-1)  # Eq. 6 term
+      gate_sum = jnp.sum(safe_norm(gate), axis=-1)  # Eq. 6 term
     history_norm = jnp.mean(
         jnp.linalg.norm(history, axis=-1), axis=-1) / np.sqrt(
             self._config.hidden_size)

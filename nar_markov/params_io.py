@@ -10,14 +10,15 @@ metadata (algorithm, model, seed, step, ...). Loading executes no code: `np.load
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
 import pathlib
-import tempfile
 from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
+
+from nar_markov import runs
 
 FORMAT = "nar_markov.params/1"
 HEADER_KEY = "__nar_markov__"
@@ -76,19 +77,9 @@ def save_params(path, params, net_config: Mapping[str, Any], meta: Mapping[str, 
       {"format": FORMAT, "net_config": _json_value(dict(net_config)),
        "meta": _json_value(dict(meta))}, sort_keys=True, allow_nan=False)
   arrays[HEADER_KEY] = np.array(header)  # a unicode scalar: loads without pickle
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    os.chmod(tmp, 0o644)
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  buffer = io.BytesIO()
+  np.savez(buffer, **arrays)
+  runs.atomic_write_bytes(path, buffer.getvalue())
 
 
 def load_params(path) -> Tuple[Dict[str, Dict[str, np.ndarray]], Dict[str, Any], Dict[str, Any]]:

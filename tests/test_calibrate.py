@@ -273,3 +273,12 @@ def test_constant_reading_end_to_end(tmp_path, cache):
   assert res["penalty_start_step"] == 0 and res["lambda_gate"] == record["lambda"]
   assert res["lambda_calibration"]["reading"] == "constant"
   assert all(p > 0 for p in res["curves"]["train"]["gate_penalty"])
+
+
+def test_a_diverged_trial_counts_as_above_the_band():
+  trials = [{"lambda": 1.0, "share": 0.1}, {"lambda": 10.0, "share": None}]
+  nxt = calibrate.propose_next(trials, (0.4, 0.6))
+  assert 1.0 < nxt < 10.0
+  assert calibrate.closest_trial(trials, (0.4, 0.6))["lambda"] == 1.0
+  with pytest.raises(calibrate.CalibrationError, match="every search trial diverged"):
+    calibrate.closest_trial([{"lambda": 1.0, "share": None}], (0.4, 0.6))

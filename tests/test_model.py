@@ -180,3 +180,14 @@ def test_baseline_is_dm_clrs_net(algorithm, impl):
     their_loss = clrs_model._loss(params, jax.random.PRNGKey(0), feedback, 0)  # pylint: disable=protected-access
     np.testing.assert_allclose(float(ours_loss), float(their_loss),
                                rtol=1e-6 if impl == "reference" else 1e-5)
+
+
+def test_gate_norm_has_a_finite_gradient_where_the_gate_is_shut():
+  """A strong penalty drives sigmoid(.) to exactly 0 in float32; the norm's
+  gradient there must be 0, not NaN (that NaN once ended runs as 'diverged')."""
+  g = jnp.array([[0.0, 0.0, 0.0], [3.0, 4.0, 0.0]])
+  assert np.allclose(model_lib.safe_norm(g), [0.0, 5.0])
+  grad = jax.grad(lambda x: jnp.sum(model_lib.safe_norm(x)))(g)
+  assert np.all(np.isfinite(grad))
+  np.testing.assert_allclose(grad, [[0, 0, 0], [0.6, 0.8, 0]], rtol=1e-6)
+  assert np.isnan(jax.grad(lambda x: jnp.sum(jnp.linalg.norm(x, axis=-1)))(g)).any()
