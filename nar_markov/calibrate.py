@@ -332,17 +332,9 @@ def settings_mismatch(record: Mapping[str, Any], settings: Mapping[str, Any]) ->
   theirs = record.get("settings", {})
   out = []
   for key in SETTINGS_KEYS:
-    if key in settings and _norm(theirs.get(key)) != _norm(settings[key]):
+    if key in settings and runs.normalize(theirs.get(key)) != runs.normalize(settings[key]):
       out.append(f"{key}: record {theirs.get(key)!r} vs run {settings[key]!r}")
   return out
-
-
-def _norm(value):
-  if isinstance(value, (list, tuple)):
-    return [_norm(v) for v in value]
-  if isinstance(value, float) and value.is_integer():
-    return int(value)
-  return value
 
 
 def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
@@ -364,7 +356,7 @@ def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
   problems = settings_mismatch(record, settings)
   expected = record_heuristic(heuristic, settings["schedule_steps"])
   for key, value in expected.items():
-    if _norm(record.get(key)) != _norm(value):
+    if runs.normalize(record.get(key)) != runs.normalize(value):
       problems.append(f"{key}: record {record.get(key)!r} vs run {value!r}")
   if problems:
     raise CalibrationError(f"calibration record {path} was made with other settings: "

@@ -141,16 +141,17 @@ def read_result(path) -> Tuple[Optional[dict], List[str]]:
 # -- what defines a run ------------------------------------------------------------
 
 
-def _norm(value):
+def normalize(value):
+  """A setting as compared: lists for tuples, ints for integral floats."""
   if isinstance(value, (list, tuple)):
-    return [_norm(v) for v in value]
+    return [normalize(v) for v in value]
   if isinstance(value, float) and value.is_integer():
     return int(value)
   return value
 
 
 def _same(a, b) -> bool:
-  a, b = _norm(a), _norm(b)
+  a, b = normalize(a), normalize(b)
   if (isinstance(a, (int, float)) and isinstance(b, (int, float))
       and not isinstance(a, bool) and not isinstance(b, bool)):
     return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
