@@ -74,24 +74,33 @@ def assert_same_result(got, want, rtol=1e-4):
   numbers agree to ~1e-7; insertion_sort's output loss (a Sinkhorn-normalised
   permutation, ~12 here) amplifies that round-off to up to ~2e-5 in a window's
   mean, hence 1e-4.  A wrong seed, rng, batch or padding is off by > 1e-2
-  (an rng offset by one step: 11%).
+  (an rng offset by one step: 11%).  Test scores are a count of exact
+  predictions: the same round-off flips the argmax of a few near-tied pointer
+  logits of this untrained tiny net (seen: 2 of 512, 0.0039), so they agree
+  within SCORE_ATOL; every loss, curve and validation score still within rtol.
   """
   assert set(got) == set(want)
   for key in sorted(set(want) - UNCOMPARED):
-    _assert_close(got[key], want[key], rtol, path=key)
+    if key in ("test_score", "test_scores"):
+      _assert_close(got[key], want[key], 0.0, path=key, atol=SCORE_ATOL)
+    else:
+      _assert_close(got[key], want[key], rtol, path=key)
 
 
-def _assert_close(got, want, rtol, path):
+SCORE_ATOL = 0.01  # a few flipped predictions of a test split (see assert_same_result)
+
+
+def _assert_close(got, want, rtol, path, atol=1e-7):
   if isinstance(want, dict):
     assert isinstance(got, dict) and set(got) == set(want), path
     for k in want:
-      _assert_close(got[k], want[k], rtol, f"{path}.{k}")
+      _assert_close(got[k], want[k], rtol, f"{path}.{k}", atol)
   elif isinstance(want, (list, tuple)):
     assert isinstance(got, (list, tuple)) and len(got) == len(want), path
     for i, (g, w) in enumerate(zip(got, want)):
-      _assert_close(g, w, rtol, f"{path}[{i}]")
+      _assert_close(g, w, rtol, f"{path}[{i}]", atol)
   elif isinstance(want, float) and not isinstance(want, bool):
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-7, err_msg=path)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=path)
   else:
     assert got == want, (path, got, want)
 
