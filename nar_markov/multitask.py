@@ -337,12 +337,7 @@ def run_multitask_experiment(*,
   # Done means verified (nar_markov.runs.check_result), as for single-task runs.
   verdicts = {alg: runs.check_result(p.parent, dict(definitions[alg], seed=int(seed)))
               for alg, p in result_paths.items()}
-  other = [v for v in verdicts.values() if v.state == "other"]
-  if other:
-    raise ValueError("results exist with other settings (not retrained, not "
-                     "overwritten): " + " | ".join(f"{v.path}: {v.detail}" for v in other)
-                     + ". Use another results_dir, or move them aside "
-                     "(launch/sweep.py --archive-mismatched)")
+  runs.refuse_other_settings(verdicts.values())
   if all(v.done for v in verdicts.values()) and not ckpt_path.exists():
     train.log(f"{model}/seed{seed}: all {len(algorithms)} results exist; "  # pylint: disable=protected-access
                "nothing to do")

@@ -227,6 +227,17 @@ def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None) -> Ve
                  result)
 
 
+def refuse_other_settings(verdicts) -> None:
+  """ValueError listing the results made with other settings (the trainers'
+  check before touching a run folder; the sweep lists them itself)."""
+  other = [v for v in verdicts if v.state == "other"]
+  if other:
+    raise ValueError("results exist with other settings (not retrained, not "
+                     "overwritten): " + " | ".join(f"{v.path}: {v.detail}" for v in other)
+                     + ". Use another results_dir, or move them aside "
+                     "(launch/sweep.py --archive-mismatched)")
+
+
 def _stamp() -> str:
   return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 

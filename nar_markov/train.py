@@ -594,12 +594,7 @@ def run_experiment(*,
   # aside and the run trained again.
   verdicts = {s: runs.check_result(run_dir(results_dir, model, algorithm, s),
                                    dict(definition, seed=s)) for s in seeds}
-  other = [v for v in verdicts.values() if v.state == "other"]
-  if other:
-    raise ValueError("results exist with other settings (not retrained, not "
-                     "overwritten): " + " | ".join(f"{v.path}: {v.detail}" for v in other)
-                     + ". Use another results_dir, or move them aside "
-                     "(launch/sweep.py --archive-mismatched)")
+  runs.refuse_other_settings(verdicts.values())
   with contextlib.ExitStack() as locks:
     todo = []
     for s in seeds:
