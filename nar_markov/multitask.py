@@ -268,6 +268,7 @@ def run_multitask_experiment(*,
                              lambda_gate: Union[None, float, Mapping[str, float]] = None,
                              train_lengths: Union[Sequence[int], Mapping[
                                  str, Sequence[int]]] = data.TRAIN_LENGTHS,
+                             validation_mode: str = "resample",
                              eval_every_steps: int = 50,
                              log_every_steps: int = 10,
                              checkpoint_every_steps: int = 500,
@@ -357,7 +358,8 @@ def run_multitask_experiment(*,
         val_batch_size=val_batch_size, test_batch_size=test_batch_size,
         cache_dir=cache_dir, stop_after_steps=stop_after_steps, progress=progress,
         history=history, lambdas=lambdas, lengths=lengths, config=config,
-        result_paths=result_paths, ckpt_path=ckpt_path, definitions=definitions)
+        validation_mode=validation_mode, result_paths=result_paths, ckpt_path=ckpt_path,
+        definitions=definitions)
 
 
 def _train_multitask(*, model, algorithms, seed, results_dir, train_steps, batch_size,
@@ -365,8 +367,8 @@ def _train_multitask(*, model, algorithms, seed, results_dir, train_steps, batch
                      eval_every_steps, log_every_steps, checkpoint_every_steps,
                      val_max_samples, test_max_samples, val_batch_size,
                      test_batch_size, cache_dir, stop_after_steps, progress, history,
-                     lambdas, lengths, config, result_paths, ckpt_path,
-                     definitions) -> Dict[str, Dict[str, Any]]:
+                     lambdas, lengths, config, validation_mode, result_paths,
+                     ckpt_path, definitions) -> Dict[str, Dict[str, Any]]:
   """run_multitask_experiment's training (its job lock held)."""
 
   state = train.load_checkpoint(ckpt_path)  # pylint: disable=protected-access
@@ -388,7 +390,8 @@ def _train_multitask(*, model, algorithms, seed, results_dir, train_steps, batch
   streams = make_train_streams(algorithms, seed, batch_size, lengths)
   specs = [s.spec for s in streams]
   # Validation as run.py (nar_markov.data.ValidationPool), one pool per algorithm.
-  vals = [data.ValidationPool(alg, seed=stream_seed(seed, alg), lengths=lengths[alg])
+  vals = [data.ValidationPool(alg, seed=stream_seed(seed, alg), lengths=lengths[alg],
+                              mode=validation_mode)
           for alg in algorithms]
   tests = [data.load_split(alg, "test", cache_dir=cache_dir) for alg in algorithms]
   nb_dims = [model_lib.nb_dims_of(t) for t in tests]
