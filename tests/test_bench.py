@@ -1,11 +1,20 @@
-"""The benchmark against dm-clrs: same graphs for both, a well-formed report."""
+"""The benchmarks (benchmarks/): ours vs dm-clrs gets the same graphs for both and a
+well-formed report; K seeds per job reports both sides."""
 
 import json
+import pathlib
+import sys
 
 import numpy as np
+import pytest
 
-from nar_markov import bench
-from nar_markov import data
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # pytest puts tests/ on sys.path, not the repo root
+  sys.path.insert(0, str(ROOT))
+
+from benchmarks import bench  # noqa: E402
+from benchmarks import bench_seeds  # noqa: E402
+from nar_markov import data  # noqa: E402
 
 
 def _arrays(feedback):
@@ -99,3 +108,20 @@ def test_compile_counter_counts_one_compilation_per_shape():
     assert counts["jit(<lambda>)"] == 2
   finally:
     counter.close()
+
+
+def test_bench_seeds_reports_both_sides(tmp_path, capsys):
+  out = tmp_path / "bench.json"
+  assert bench_seeds.main(["--k", "2", "--steps", "2", "--rounds", "2", "--hidden", "8",
+                           "--batch", "4", "--lengths", "4", "--out", str(out)]) == 0
+  report = json.loads(out.read_text())
+  assert report["schema"] == bench_seeds.SCHEMA and report["timed_seed_steps"] == 8
+  assert report["compilations_in_timed"] == 0  # warm-up saw every shape
+  for side in ("vmapped", "sequential"):
+    assert report[side]["seed_steps_per_s"] > 0
+  assert report["ratio"] == pytest.approx(
+      report["vmapped"]["seed_steps_per_s"] / report["sequential"]["seed_steps_per_s"])
+  table = capsys.readouterr().out.strip().splitlines()
+  assert table[0].startswith("| algorithm | model | K |") and table[2].startswith(
+      "| bfs | baseline | 2 | 8 | 4 | 4 |")
+  assert bench_seeds.main(["--k", "0"]) == 2

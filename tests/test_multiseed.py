@@ -356,21 +356,3 @@ def test_bad_seeds_per_job_exits_2(extra, message, tmp_path, capsys):
   err = capsys.readouterr().err
   assert rc == 2 and message in err, err
   assert not results.exists()
-
-
-def test_bench_seeds_reports_both_sides(tmp_path, capsys):
-  from nar_markov import bench_seeds  # pylint: disable=g-import-not-at-top
-  out = tmp_path / "bench.json"
-  assert bench_seeds.main(["--k", "2", "--steps", "2", "--rounds", "2", "--hidden", "8",
-                           "--batch", "4", "--lengths", "4", "--out", str(out)]) == 0
-  report = json.loads(out.read_text())
-  assert report["schema"] == bench_seeds.SCHEMA and report["timed_seed_steps"] == 8
-  assert report["compilations_in_timed"] == 0  # warm-up saw every shape
-  for side in ("vmapped", "sequential"):
-    assert report[side]["seed_steps_per_s"] > 0
-  assert report["ratio"] == pytest.approx(
-      report["vmapped"]["seed_steps_per_s"] / report["sequential"]["seed_steps_per_s"])
-  table = capsys.readouterr().out.strip().splitlines()
-  assert table[0].startswith("| algorithm | model | K |") and table[2].startswith(
-      "| bfs | baseline | 2 | 8 | 4 | 4 |")
-  assert bench_seeds.main(["--k", "0"]) == 2

@@ -1,6 +1,6 @@
 """K seeds in one process (one vmapped step) vs the same K seeds one after another.
 
-    python -m nar_markov.bench_seeds [--algorithm bfs] [--k 4] [--steps 20]
+    python benchmarks/bench_seeds.py [--algorithm bfs] [--k 4] [--steps 20]
         [--rounds 2] [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16]
         [--model baseline] [--seed 0] [--out FILE.json]
 
@@ -41,6 +41,9 @@ import platform
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
+
+if __package__ in (None, ""):  # run by path: make `benchmarks` importable from the repo root
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
   from nar_markov import quiet  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,6 @@
 """Our baseline model vs dm-clrs's own `BaselineModel`, at identical settings.
 
-    python -m nar_markov.bench [--algorithms bfs,insertion_sort,dfs,floyd_warshall,naive_string_matcher]
+    python benchmarks/bench.py [--algorithms bfs,insertion_sort,dfs,floyd_warshall,naive_string_matcher]
         [--steps 30] [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16]
         [--compile-steps 200] [--compile-hidden H] [--ood/--no-ood] [--ood-samples K]
         [--seed 0] [--out bench.json]
@@ -70,6 +70,9 @@ import sys
 import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
+
+if __package__ in (None, ""):  # run by path: make `benchmarks` importable from the repo root
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
   from nar_markov import quiet  # pylint: disable=g-import-not-at-top
@@ -532,7 +535,7 @@ class _Worker:
     self.name = f"{kind}/{impl}/{algorithm}"
     self._tmp = tempfile.TemporaryDirectory(prefix="nar_markov_bench_")
     self._out = pathlib.Path(self._tmp.name) / "result.json"
-    cmd = [sys.executable, "-m", "nar_markov.bench", "--worker", kind,
+    cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", kind,
            "--impl", impl, "--algorithms", algorithm,
            "--worker-out", str(self._out)]
     for key, value in kwargs.items():
@@ -742,7 +745,7 @@ def _int_list(s: str) -> List[int]:
 
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
-      prog="python -m nar_markov.bench",
+      prog="python benchmarks/bench.py",
       description="Our baseline vs dm-clrs's BaselineModel: steps/s, XLA "
                   "compilations, OOD test pass time and memory.")
   p.add_argument("--algorithms", default=",".join(DEFAULT_ALGORITHMS),
@@ -809,7 +812,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      ood_samples=args.ood_samples, seed=args.seed, out=args.out,
                      ood_algorithms=None if args.ood_algorithms is None else [
                          a.strip() for a in args.ood_algorithms.split(",") if a.strip()],
-                     argv=["python", "-m", "nar_markov.bench"] + argv)
+                     argv=["python", "benchmarks/bench.py"] + argv)
   print(markdown_table(report))
   if args.out:
     _log(f"wrote {args.out}")
