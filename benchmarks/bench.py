@@ -59,17 +59,17 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import functools
 import json
 import os
 import pathlib
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 if __package__ in (None, ""):  # run by path: make `benchmarks` importable from the repo root
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -82,6 +82,7 @@ import clrs
 import jax
 import numpy as np
 
+from benchmarks import common
 from nar_markov import data
 from nar_markov import model as model_lib
 from nar_markov import quiet
@@ -90,10 +91,6 @@ from nar_markov import train
 SCHEMA = "nar_markov.bench/1"
 DEFAULT_ALGORITHMS = ("bfs", "insertion_sort", "dfs", "floyd_warshall",
                       "naive_string_matcher")
-BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
-_LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
-_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 # run.py's settings (flags of clrs/examples/run.py, lr and clipping as ours).
 LEARNING_RATE = 1.5e-3
@@ -105,47 +102,10 @@ CLRS_TEST_BATCH_SIZE = 32      # run.py's test_batch_size
 TRAIN_STEP_FUNCTION = {"ours": "jit(_train_step)", "clrs": "jit(_feedback)"}
 
 
-def _log(msg: str) -> None:
-  print(f"[bench] {msg}", file=sys.stderr, flush=True)
+_log = functools.partial(common.log, "bench")
 
 
 # -- compile accounting ----------------------------------------------------------
-
-
-class CompileCounter:
-  """Backend compilations (and their seconds) seen by jax.monitoring."""
-
-  def __init__(self):
-    self.count = 0
-    self.seconds = 0.0
-    self.trace_s = 0.0
-    self.lower_s = 0.0
-    self.cache_hits = 0
-    self.by_function: Dict[str, List[float]] = collections.defaultdict(
-        lambda: [0, 0.0])
-    jax.monitoring.register_event_duration_secs_listener(self._on_duration)
-    jax.monitoring.register_event_listener(self._on_event)
-
-  def _on_duration(self, event: str, duration: float, **kwargs) -> None:
-    if event == BACKEND_COMPILE_EVENT:
-      self.count += 1
-      self.seconds += duration
-      entry = self.by_function[str(kwargs.get("fun_name", "?"))]
-      entry[0] += 1
-      entry[1] += duration
-    elif event == _TRACE_EVENT:
-      self.trace_s += duration
-    elif event == _LOWER_EVENT:
-      self.lower_s += duration
-
-  def _on_event(self, event: str, **kwargs) -> None:
-    del kwargs
-    if event == _CACHE_HIT_EVENT:
-      self.cache_hits += 1
-
-  def close(self) -> None:
-    jax.monitoring.unregister_event_duration_listener(self._on_duration)
-    jax.monitoring.unregister_event_listener(self._on_event)
 
 
 def disable_persistent_cache() -> Dict[str, Any]:
@@ -309,11 +269,11 @@ def _summary(times: Sequence[float], nb_nodes: Sequence[int],
 def measure_steady_state(algorithm: str, *, steps: int = 30, hidden: int = 128,
                          batch: int = 32,
                          lengths: Sequence[int] = data.TRAIN_LENGTHS,
-                         seed: int = 0, counter: Optional[CompileCounter] = None
+                         seed: int = 0, counter: Optional[common.CompileCounter] = None
                          ) -> Dict[str, Any]:
   """Median train step time of ours and clrs's, alternating blocks."""
   own_counter = counter is None
-  counter = counter or CompileCounter()
+  counter = counter or common.CompileCounter()
   try:
     stream = ClrsTrainStream(algorithm, seed=seed, batch_size=batch,
                              lengths=tuple(lengths))
@@ -395,7 +355,7 @@ def compile_run(impl: str, algorithm: str, *, steps: int, hidden: int,
                 batch: int, lengths: Sequence[int], seed: int) -> Dict[str, Any]:
   """A `steps`-step training run of `impl` in this (fresh) process."""
   cache = disable_persistent_cache()
-  counter = CompileCounter()
+  counter = common.CompileCounter()
   t0 = time.perf_counter()
   # Each gets what its own training loop is fed (train.py / run.py).
   stream_cls = data.TrainStream if impl == "ours" else ClrsTrainStream
@@ -464,7 +424,7 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
              samples: Optional[int], seed: int) -> Dict[str, Any]:
   """One untrained pass over the test split (first `samples`), in this process."""
   cache = disable_persistent_cache()
-  counter = CompileCounter()
+  counter = common.CompileCounter()
   t0 = time.perf_counter()
   test = data.load_split(algorithm, "test")
   if samples:
@@ -624,19 +584,6 @@ def _ratio(a, b) -> Optional[float]:
 # -- report --------------------------------------------------------------------------
 
 
-def machine_info() -> Dict[str, Any]:
-  try:
-    affinity = len(os.sched_getaffinity(0))
-  except AttributeError:
-    affinity = None
-  return {"cpu_count": os.cpu_count(), "cpu_affinity": affinity,
-          "platform": platform.platform(), "processor": platform.processor(),
-          "machine": platform.machine(), "node": platform.node(),
-          "jax_backend": jax.default_backend(),
-          "jax_devices": [str(d) for d in jax.devices()],
-          "loadavg": list(os.getloadavg())}
-
-
 def _fmt(x, spec=".2f"):
   return "n/a" if x is None else format(x, spec)
 
@@ -683,7 +630,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
       "schema": SCHEMA,
       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
           timespec="seconds"),
-      "machine": machine_info(),
+      "machine": common.machine_info(),
       "versions": train.package_versions(),
       "settings": {
           "algorithms": list(algorithms), "steps": int(steps),
@@ -708,7 +655,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
       },
       "algorithms": {},
   }
-  counter = CompileCounter()
+  counter = common.CompileCounter()
   try:
     for algorithm in algorithms:
       data.check_algorithm(algorithm)
@@ -729,18 +676,13 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
       report["algorithms"][algorithm] = res
       report["machine"]["loadavg_end"] = list(os.getloadavg())
       if out:  # after every algorithm: a long run keeps what it measured
-        train.atomic_write_bytes(pathlib.Path(out), json.dumps(
-            train.jsonable(report), indent=1).encode())  # pylint: disable=protected-access
+        common.write_json(out, report)
   finally:
     counter.close()
   return report
 
 
 # -- CLI -----------------------------------------------------------------------------
-
-
-def _int_list(s: str) -> List[int]:
-  return [int(x) for x in s.split(",") if x.strip()]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -754,7 +696,7 @@ def _parser() -> argparse.ArgumentParser:
                  help="timed steady-state steps per implementation (minimum)")
   p.add_argument("--hidden", type=int, default=128)
   p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--lengths", type=_int_list, default=list(data.TRAIN_LENGTHS),
+  p.add_argument("--lengths", type=common.int_list, default=list(data.TRAIN_LENGTHS),
                  help="train sizes (string matchers: max * 5 // 4)")
   p.add_argument("--compile-steps", type=int, default=200,
                  help="length of the compile-counting runs; 0 skips them")
@@ -799,7 +741,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
       result = ood_pass(args.impl, algorithms[0], hidden=args.hidden,
                         samples=args.ood_samples, seed=args.seed)
-    pathlib.Path(args.worker_out).write_text(json.dumps(train.jsonable(result)))  # pylint: disable=protected-access
+    common.write_json(args.worker_out, result, indent=None)
     return 0
 
   disable_persistent_cache()

@@ -26,7 +26,7 @@ sides alternating between rounds; every step is timed to
 included).  Reported: seed-steps/s (K x steps / summed step times) of each
 side, `ratio` = vmapped / sequential (> 1: K seeds per job is faster), and
 per graph size the median time of one step: a vmapped step (K seeds) and a
-sequential seed-step (`ratio_by_nb_nodes` = K x seed-step / vmapped step).  Writes JSON (schema `nar_markov.bench_seeds/1`) and prints a
+sequential seed-step (`ratio_by_nb_nodes` = K x seed-step / vmapped step).  Writes JSON (schema `nar_markov.bench_seeds/2`) and prints a
 markdown table.
 """
 
@@ -34,13 +34,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
+import functools
 import pathlib
-import platform
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 if __package__ in (None, ""):  # run by path: make `benchmarks` importable from the repo root
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -52,33 +50,16 @@ if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banner
 import jax
 import numpy as np
 
+from benchmarks import common
 from nar_markov import data
 from nar_markov import model as model_lib
 from nar_markov import quiet
 from nar_markov import train
 
-SCHEMA = "nar_markov.bench_seeds/1"
-_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+SCHEMA = "nar_markov.bench_seeds/2"  # 2: `machine` as bench.py writes it
 
 
-def _log(msg: str) -> None:
-  print(f"[bench_seeds] {msg}", file=sys.stderr, flush=True)
-
-
-class _Compiles:
-  """Counts XLA backend compilations while active (jax.monitoring)."""
-
-  def __init__(self):
-    self.count = 0
-    jax.monitoring.register_event_duration_secs_listener(self._on)
-
-  def _on(self, event: str, duration: float, **kwargs) -> None:
-    del duration, kwargs
-    if event == _BACKEND_COMPILE_EVENT:
-      self.count += 1
-
-  def close(self) -> None:
-    jax.monitoring.unregister_event_duration_listener(self._on)
+_log = functools.partial(common.log, "bench_seeds")
 
 
 def _shape_key(tree) -> tuple:
@@ -152,7 +133,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
         step_times["vmapped"].append((data.nb_nodes_of(batches[0][t]), time.time() - t0))
 
   # Warm-up: one step per distinct batch shape each side will see.
-  compiles = _Compiles()
+  compiles = common.CompileCounter()
   t0 = time.time()
   for run_ in seq:
     firsts = {}
@@ -215,9 +196,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
       "compilations_in_timed": sum(x[s]["compilations"] for x in rounds_out for s in x),
       "by_nb_nodes": by_nodes,
       "rounds": rounds_out,
-      "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                  "devices": [str(d) for d in jax.devices()],
-                  "load_average": list(os.getloadavg())},
+      "machine": common.machine_info(),
       "versions": train.package_versions(),
       "wall_time_s": time.time() - t_start,
   }
@@ -243,10 +222,6 @@ def markdown_table(report: Dict[str, Any]) -> str:
   return "\n".join(lines)
 
 
-def _int_list(text: str) -> List[int]:
-  return [int(x) for x in text.split(",") if x.strip()]
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--algorithm", default="bfs")
@@ -257,7 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  help="timed rounds, alternating which side goes first (default 2)")
   p.add_argument("--hidden", type=int, default=128)
   p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--lengths", type=_int_list, default=list(data.TRAIN_LENGTHS))
+  p.add_argument("--lengths", type=common.int_list, default=list(data.TRAIN_LENGTHS))
   p.add_argument("--model", default="baseline", help=f"one of {sorted(train.MODELS)}")
   p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
   p.add_argument("--out", default=None, help="JSON report path")
@@ -272,8 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"bench_seeds: error: {e}", file=sys.stderr)
     return 2
   if args.out:
-    train.atomic_write_bytes(pathlib.Path(args.out),
-                             json.dumps(train.jsonable(report), indent=1).encode())
+    common.write_json(args.out, report)
     _log(f"wrote {args.out}")
   print(markdown_table(report))
   return 0

@@ -14,6 +14,7 @@ if str(ROOT) not in sys.path:  # pytest puts tests/ on sys.path, not the repo ro
 
 from benchmarks import bench  # noqa: E402
 from benchmarks import bench_seeds  # noqa: E402
+from benchmarks import common  # noqa: E402
 from nar_markov import data  # noqa: E402
 
 
@@ -95,7 +96,7 @@ def test_tiny_bench_report(tmp_path):
 def test_compile_counter_counts_one_compilation_per_shape():
   import jax
   import jax.numpy as jnp
-  counter = bench.CompileCounter()
+  counter = common.CompileCounter()
   try:
     f = jax.jit(lambda x: x * 3.0 + 1.0)
     x4, x5 = jnp.ones(4), jnp.ones(5)
