@@ -1,6 +1,7 @@
-"""From results/ to the paper's tables and figures (Bohde et al., ICLR 2024), with the
-paper's numbers side by side. Light on purpose: pandas, numpy and (for figures) matplotlib,
-no jax/clrs, so it runs anywhere the result JSON files are.
+"""Analysis: results/ -> the paper's tables, a reproduction report and figures.
+
+Bohde et al., ICLR 2024: the paper's numbers side by side with ours. Light on purpose: pandas,
+numpy and (for figures) matplotlib, no jax/clrs, so it runs anywhere the result JSON files are.
 
     glob **/result.json -> results.load_runs (validate) -> results.to_long (long DataFrame)
     -> results.aggregate (mean/std per model x algorithm) -> tables / report / figures

@@ -1,4 +1,4 @@
-"""CLRS-30 data layer: the train stream, the official val/test splits, a cache.
+"""CLRS-30 data: the train stream, run.py's validation pool, the official val/test splits, a cache.
 
 Everything here follows dm-clrs 2.0.3 (`clrs/examples/run.py` and
 `clrs/_src/dataset.py`); nothing is re-derived.

@@ -1,4 +1,4 @@
-"""The same network as `model.Net`, computed with less work (issue 6).
+"""The same network as `model.Net`, computed with less work (what `NetConfig.impl='auto'` runs).
 
 `FastNet` has `Net`'s parameters (same names and shapes, so a checkpoint of
 either runs in the other; `train.Model` creates them with `Net`, so a seed
