@@ -274,7 +274,7 @@ def group_name(group) -> str:
   """What one job trains, for progress lines."""
   run = group[0]
   if run.multitask:
-    return f"{run.model}/seed{run.seed} ({len(group)} algorithms)"
+    return f"{run.model}/seed{run.seed} ({len(run.job_algorithms)} algorithms)"
   if run.seeds_per_job > 1:
     return (f"{run.model}/{run.algorithm}/seeds "
             f"{','.join(str(r.seed) for r in group)} ({len(group)} seeds in one job)")
@@ -287,7 +287,7 @@ def submit_calibrations(executor, calibs, manifest) -> Dict[str, str]:
   if not calibs:
     return {}
   args = list(zip(*[c.job_args() for c in calibs]))
-  jobs = executor.map_array(cluster.CalibrationJob(), *args)
+  jobs = executor.map_array(cluster.Job(), *args)
   for calib, job in zip(calibs, jobs):
     manifest.add_calibration(calibration_record(calib, job))
   manifest.save()
@@ -335,7 +335,7 @@ def run_calibrations(executor, calibs, manifest, cluster_name) -> Dict[str, str]
   failed = {}
   for i, calib in enumerate(calibs, 1):
     t0 = time.time()
-    job = executor.submit(cluster.CalibrationJob(), *calib.job_args())
+    job = executor.submit(cluster.Job(), *calib.job_args())
     record = calibration_record(calib, job)
     manifest.add_calibration(record)
     manifest.save()

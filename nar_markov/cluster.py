@@ -1,26 +1,29 @@
-"""A sweep as a plain list of runs, its Slurm resources, and the job that trains one run.
+"""A sweep as a plain list of runs, its Slurm resources, and the one job class that trains them.
 
 launch/sweep.py expands gin files into `Run`s (model x algorithm x seed), skips
 those that are done (nar_markov.runs.check_result against `expected_definitions`:
-a result that reads back with the settings this sweep asks for), and submits the rest as one submitit job array
-of `TrainJob`s (one run each), or, with the gin macro SEEDS_PER_JOB = K > 1, of
-`MultiSeedJob`s (up to K seeds of one model and algorithm, trained together in
-one process: nar_markov.train.run_experiment's K-seed mode).  A job is a
-function of strings and ints only (absolute gin files, gin bindings,
-algorithm, seed(s), results dir), so it pickles, prints and re-creates
-anywhere; it re-parses gin in the job's own process.
+a result that reads back with the settings this sweep asks for), and submits the
+rest as one submitit job array of `Job`s.  A `Job` is `function(**kwargs)` with
+`function` a "module:name" string -- `TRAIN` (one run; with the gin macro
+SEEDS_PER_JOB = K > 1 up to K seeds of one algorithm in one process; with
+MULTITASK = True one processor on all ALGORITHMS per seed) or `CALIBRATE` (the
+lambda calibration of one algorithm) -- and kwargs of strings and ints only
+(absolute gin files, gin bindings, algorithms, seeds, results dir), so it
+pickles, prints and re-creates anywhere; it re-parses gin in the job's own
+process.
 
-Preemption and timeouts: submitit calls `TrainJob.checkpoint()` on Slurm's
-signal, which resubmits the same call; the run then resumes from its own
-``<run_dir>/checkpoint.pkl`` (nar_markov.train.run_experiment does that by
-itself; a K-seed job resumes each of its seeds from its own), so the job
-object needs no state of its own.  A plain `scontrol
-requeue` (no signal to submitit) lands in the same place.
+Preemption and timeouts: submitit calls `Job.checkpoint()` on Slurm's signal,
+which resubmits the same call; the job then resumes from its checkpoints
+(nar_markov.train.run_experiment does that by itself: each run, or each
+multi-task job, from its own checkpoint.pkl), so the job object needs no state
+of its own.  A plain `scontrol requeue` (no signal to submitit) lands in the
+same place.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import pathlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -114,11 +117,13 @@ class Run:
   gin_files: Tuple[str, ...]    # absolute paths
   gin_params: Tuple[str, ...]
   results_dir: str              # absolute path
-  # Multi-task sweeps: every algorithm of a seed is trained by ONE job
-  # (`MultitaskJob`); the runs stay per algorithm for skipping and --status.
+  # Multi-task sweeps (gin macro MULTITASK): every algorithm of a seed is
+  # trained by ONE job, one processor on `job_algorithms` (all of the sweep's
+  # ALGORITHMS, done or not); the runs stay per algorithm for skipping and --status.
   multitask: bool = False
+  job_algorithms: Tuple[str, ...] = ()
   # SEEDS_PER_JOB (gin macro): K > 1 trains up to K seeds of one (model,
-  # algorithm) in one job (`MultiSeedJob`); the runs stay per seed.
+  # algorithm) in one job (run_experiment's K-seed mode); the runs stay per seed.
   seeds_per_job: int = 1
 
   @property
@@ -136,14 +141,6 @@ class Run:
   @property
   def key(self) -> Tuple[str, str, int]:
     return (self.model, self.algorithm, self.seed)
-
-  def job_args(self) -> Tuple:
-    """The arguments of `TrainJob.__call__` (`MultitaskJob.__call__`), in order."""
-    if self.multitask:
-      return (list(self.gin_files), list(self.gin_params), int(self.seed),
-              self.results_dir)
-    return (list(self.gin_files), list(self.gin_params), self.algorithm,
-            int(self.seed), self.results_dir)
 
   @property
   def job_key(self):
@@ -172,81 +169,36 @@ def job_groups(runs: Sequence[Run]) -> List[List[Run]]:
   return out
 
 
-def job_call(group: Sequence[Run]) -> Tuple[submitit.helpers.Checkpointable, Tuple]:
-  """(job, its arguments) that trains one group of `job_groups`.
+# The functions a `Job` calls ("module:name"; imported in the job's process).
+TRAIN = "nar_markov.train:run_from_gin"
+CALIBRATE = "nar_markov.calibrate:calibrate_from_gin"
 
-  Every group of a sweep gets the same job type (one submitit array needs one
-  function): with SEEDS_PER_JOB > 1 also a last group of a single seed.
+
+class Job(submitit.helpers.Checkpointable):
+  """Every job of a sweep, on Slurm or local: `function(**kwargs)`.
+
+  `function` is a "module:name" string (`TRAIN`, `CALIBRATE`), imported when
+  the job runs, so that the launcher's process needs no jax.  Stateless: the
+  inherited `checkpoint()` resubmits this same call, which resumes from the
+  checkpoints on disk.
   """
+
+  def __call__(self, function: str, kwargs: Dict[str, Any]):
+    module, name = function.split(":")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def job_call(group: Sequence[Run]) -> Tuple[Job, Tuple[str, Dict[str, Any]]]:
+  """(job, its arguments) that trains one group of `job_groups`: one run,
+  up to K seeds of one algorithm, or (multi-task) all algorithms of a seed."""
   run = group[0]
-  if run.multitask:
-    return MultitaskJob(), run.job_args()
-  if run.seeds_per_job > 1:
-    return MultiSeedJob(), (list(run.gin_files), list(run.gin_params), run.algorithm,
-                            [int(r.seed) for r in group], run.results_dir)
-  if len(group) != 1:
-    raise ValueError(f"one TrainJob per run, got {[r.name for r in group]}")
-  return TrainJob(), run.job_args()
-
-
-def job_for(run: Run) -> submitit.helpers.Checkpointable:
-  return job_call([run])[0]
-
-
-class CalibrationJob(submitit.helpers.Checkpointable):
-  """The lambda calibration of one algorithm (nar_markov.calibrate), resumable:
-  its runs resume from their checkpoints, finished ones are read back."""
-
-  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
-               algorithm: str, results_dir: str) -> str:
-    from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
-    return calibrate.calibrate_from_gin(list(gin_files), list(gin_params),
-                                        algorithm=algorithm, results_dir=results_dir)
-
-
-class TrainJob(submitit.helpers.Checkpointable):
-  """Trains one run in the job's process; requeued as-is on preemption.
-
-  The inherited `checkpoint()` resubmits this same call: no state is kept
-  here because run_experiment resumes from the run's checkpoint.pkl.
-  """
-
-  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
-               algorithm: str, seed: int, results_dir: str) -> str:
-    from nar_markov import train  # pylint: disable=g-import-not-at-top
-    return train.run_from_gin(list(gin_files), list(gin_params),
-                              algorithm=algorithm, seed=int(seed),
-                              results_dir=results_dir)
-
-
-class MultiSeedJob(submitit.helpers.Checkpointable):
-  """Up to K seeds of one model and algorithm in one process (SEEDS_PER_JOB).
-
-  One vmapped training step for all seeds (nar_markov.train.run_experiment,
-  K-seed mode); each seed keeps its own checkpoint and result.json, so a
-  requeued job resumes every seed from its own checkpoint and skips those
-  that are done (nar_markov.runs.check_result), like TrainJob.
-  """
-
-  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
-               algorithm: str, seeds: Sequence[int], results_dir: str) -> List[str]:
-    from nar_markov import train  # pylint: disable=g-import-not-at-top
-    return train.run_seeds_from_gin(list(gin_files), list(gin_params),
-                                    algorithm=algorithm, seeds=[int(s) for s in seeds],
-                                    results_dir=results_dir)
-
-
-class MultitaskJob(submitit.helpers.Checkpointable):
-  """One multi-task seed-job (all algorithms, one shared processor).
-
-  Resumes from its own checkpoint (nar_markov.multitask), like TrainJob.
-  """
-
-  def __call__(self, gin_files: Sequence[str], gin_params: Sequence[str],
-               seed: int, results_dir: str) -> List[str]:
-    from nar_markov import multitask  # pylint: disable=g-import-not-at-top
-    return multitask.run_multitask_from_gin(list(gin_files), list(gin_params),
-                                            seed=int(seed), results_dir=results_dir)
+  if not run.multitask and run.seeds_per_job == 1 and len(group) != 1:
+    raise ValueError(f"one job per run, got {[r.name for r in group]}")
+  seeds = list(dict.fromkeys(int(r.seed) for r in group))
+  algorithms = list(run.job_algorithms) if run.multitask else [run.algorithm]
+  return Job(), (TRAIN, dict(gin_files=list(run.gin_files), gin_params=list(run.gin_params),
+                             algorithms=algorithms, seeds=seeds,
+                             results_dir=run.results_dir, multitask=run.multitask))
 
 
 def _bound_value(binding_key: str):
@@ -280,25 +232,21 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 
   seeds_per_job = _seeds_per_job()
 
-  multitask_model = None
-  try:
-    _bound_value("run_experiment.model")
-  except ValueError:
-    try:
-      multitask_model = _bound_value("run_multitask_experiment.model")
-    except ValueError:
-      multitask_model = None
-  if multitask_model is not None:
-    if seeds_per_job > 1:
-      raise ValueError(
-          f"SEEDS_PER_JOB = {seeds_per_job}: several seeds per job is not "
-          "supported for multi-task sweeps (one job per seed there); "
-          "set SEEDS_PER_JOB = 1")
-    return _expand_multitask_runs(multitask_model, files, gin_params, results_dir)
+  multitask = _multitask()
   model = query("run_experiment.model", "the model")
   if model not in train.MODELS:
     raise ValueError(f"unknown model {model!r} (run_experiment.model); "
                      f"valid: {sorted(train.MODELS)}")
+  if multitask != model.endswith(train.MULTITASK_SUFFIX):
+    raise ValueError(
+        f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
+        f"sweep (gin/multitask.gin) trains a '*{train.MULTITASK_SUFFIX}' label, a "
+        "single-task sweep any other")
+  if multitask and seeds_per_job > 1:
+    raise ValueError(
+        f"SEEDS_PER_JOB = {seeds_per_job}: several seeds per job is not "
+        "supported for multi-task sweeps (one job per seed there); "
+        "set SEEDS_PER_JOB = 1")
   algorithms = query("ALGORITHMS/macro.value", "the macro ALGORITHMS")
   seeds = query("SEEDS/macro.value", "the macro SEEDS")
   if isinstance(algorithms, str) or not isinstance(algorithms, (list, tuple)):
@@ -319,12 +267,20 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   # jobs.  None (gin/gforget.gin) comes from calibration records, which the
   # sweep makes first where missing (`calibration_plan`).
   lambda_gate = lambda_from_gin()
-  if lambda_gate is not None:
+  if multitask:
+    for a in algorithms:  # multi-task lambda is bound by hand: check it all
+      train.run_definition_from_gin(a, results_dir, algorithms=algorithms)
+  elif lambda_gate is not None:
     for a in algorithms:
       train.resolve_lambda(lambda_gate, a, model)
   slurm_resources()  # validates the Slurm section's values
 
   results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
+  if multitask:  # one job per seed: runs seed by seed
+    return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
+                gin_params=tuple(gin_params), results_dir=results_dir, multitask=True,
+                job_algorithms=tuple(algorithms))
+            for s in seeds for a in algorithms]
   return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
               gin_params=tuple(gin_params), results_dir=results_dir,
               seeds_per_job=seeds_per_job)
@@ -336,18 +292,15 @@ def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Opti
 
   Single-task runs: `train.run_definition_from_gin` (settings, model, lambda;
   lambda left out where its calibration record does not exist yet) plus the
-  seed.  Multi-task runs: their settings per algorithm (`multitask`).  Call
+  seed; multi-task runs name the algorithms trained together.  Call
   after `expand_runs` (gin parsed).
   """
   from nar_markov import train  # pylint: disable=g-import-not-at-top
   if not runs:
     return {}
-  if runs[0].multitask:
-    from nar_markov import multitask  # pylint: disable=g-import-not-at-top
-    per_alg = {a: multitask.run_definition_from_gin(a) for a in {r.algorithm for r in runs}}
-  else:
-    per_alg = {a: train.run_definition_from_gin(a, runs[0].results_dir)
-               for a in {r.algorithm for r in runs}}
+  per_alg = {a: train.run_definition_from_gin(a, runs[0].results_dir,
+                                              algorithms=runs[0].job_algorithms or None)
+             for a in {r.algorithm for r in runs}}
   return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
 
 
@@ -377,9 +330,10 @@ class Calibration:
     from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
     return calibrate.record_path(self.results_dir, self.reading, self.algorithm)
 
-  def job_args(self) -> Tuple:
-    return (list(self.gin_files), list(self.gin_params), self.algorithm,
-            self.results_dir)
+  def job_args(self) -> Tuple[str, Dict[str, Any]]:
+    """The arguments of `Job.__call__`."""
+    return (CALIBRATE, dict(gin_files=list(self.gin_files), gin_params=list(self.gin_params),
+                            algorithm=self.algorithm, results_dir=self.results_dir))
 
 
 def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, dict], List[str]]:
@@ -419,6 +373,17 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
   return todo, have, problems
 
 
+def _multitask() -> bool:
+  """The gin macro MULTITASK (gin/base.gin False, gin/multitask.gin True)."""
+  try:
+    value = _bound_value("MULTITASK/macro.value")
+  except ValueError:
+    return False  # gin files that do not include base.gin
+  if not isinstance(value, bool):
+    raise ValueError(f"MULTITASK must be True or False, got {value!r}")
+  return value
+
+
 def _seeds_per_job() -> int:
   """The gin macro SEEDS_PER_JOB (gin/base.gin); 1 where it is not bound."""
   try:
@@ -428,34 +393,3 @@ def _seeds_per_job() -> int:
   if isinstance(k, bool) or not isinstance(k, int) or k < 1:
     raise ValueError(f"SEEDS_PER_JOB must be an int >= 1, got {k!r}")
   return k
-
-
-def _expand_multitask_runs(model: str, files: Tuple[str, ...],
-                           gin_params: Sequence[str], results_dir) -> List[Run]:
-  """A multi-task sweep: run_multitask_experiment.algorithms x SEEDS, one job per seed."""
-  from nar_markov import multitask  # pylint: disable=g-import-not-at-top
-  from nar_markov import train  # pylint: disable=g-import-not-at-top
-  model = multitask.check_model(model)
-  try:
-    algorithms = multitask.check_algorithms(
-        _bound_value("run_multitask_experiment.algorithms"))
-    seeds = _bound_value("SEEDS/macro.value")
-  except ValueError as e:
-    raise ValueError(f"multi-task sweep: {e}") from e
-  if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)) or not seeds:
-    raise ValueError(f"SEEDS must be a non-empty list of ints, got {seeds!r}")
-  bad_seeds = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
-  if bad_seeds or len(set(seeds)) != len(seeds):
-    raise ValueError(f"SEEDS must be distinct ints >= 0, got {seeds!r}")
-  try:
-    lambda_gate = _bound_value("run_multitask_experiment.lambda_gate")
-  except ValueError:
-    lambda_gate = 0.0
-  base_model = model[:-len(multitask.SUFFIX)]
-  for a in algorithms:
-    train.resolve_lambda(lambda_gate, a, base_model)
-  slurm_resources()
-  results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
-  return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
-              gin_params=tuple(gin_params), results_dir=results_dir, multitask=True)
-          for s in seeds for a in algorithms]

@@ -20,7 +20,7 @@ GIN_DIR = REPO_ROOT / "gin"
 
 # Modules whose configurables gin files may bind; importing registers them.
 _CONFIGURABLE_MODULES = ("nar_markov.data", "nar_markov.calibrate", "nar_markov.train",
-                         "nar_markov.cluster", "nar_markov.multitask")
+                         "nar_markov.cluster")
 
 
 def register_configurables() -> None:

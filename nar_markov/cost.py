@@ -172,7 +172,7 @@ def settings_from_gin() -> Dict[str, Any]:
   """The settings `estimate_run` reads, from the gin config parsed last."""
   names = ["train_steps", "hidden_size", "batch_size", "train_lengths",
            "eval_every_steps", "val_max_samples", "test_max_samples"]
-  out = {n: _query([f"run_experiment.{n}", f"run_multitask_experiment.{n}"])
+  out = {n: _query([f"run_experiment.{n}"])
          for n in names}
   out["seeds_per_job"] = _query(["SEEDS_PER_JOB/macro.value"], 1)
   if isinstance(out["train_lengths"], dict):   # multi-task: per algorithm

@@ -69,8 +69,17 @@ OPTIONAL = {
 }
 
 
+MULTITASK_JOB_DIR = "_multitask"  # checkpoints of multi-task jobs (several algorithms)
+
+
 def run_dir(results_dir, model: str, algorithm: str, seed: int) -> pathlib.Path:
   return pathlib.Path(results_dir) / model / algorithm / f"seed{int(seed)}"
+
+
+def multitask_job_dir(results_dir, model: str, seed: int) -> pathlib.Path:
+  """Folder of a multi-task job's checkpoint (one processor, several algorithms,
+  one seed); its results go to each algorithm's `run_dir`."""
+  return pathlib.Path(results_dir) / MULTITASK_JOB_DIR / model / f"seed{int(seed)}"
 
 
 def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:

@@ -30,8 +30,10 @@ import os
 import pathlib
 import pickle
 import platform
+import re
 import sys
 import time
+import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import clrs
@@ -63,7 +65,15 @@ MODELS = {
     "gforget_nopenalty": "gated",
     "calibrate": "gated",
 }
+# A multi-task label: one processor trained on a list of algorithms (gin/multitask.gin).
+MULTITASK_SUFFIX = "_multitask"
+MODELS.update({name + MULTITASK_SUFFIX: MODELS[name]
+               for name in ("baseline", "forget", "gforget", "gforget_nopenalty")})
 _ZERO_LAMBDA_MODELS = ("gforget_nopenalty",)
+# How a multi-task step updates the shared processor (run_experiment).
+MULTITASK_UPDATES = ("per_algorithm", "summed")
+# Checkpoint format of the one loop (lists per algorithm); `upgrade_checkpoint`.
+CHECKPOINT_FORMAT = 2
 # The results format is nar_markov.runs's (no jax there); these names stay here too.
 RESULT_SCHEMA = runs.RESULT_SCHEMA
 CHECKPOINT_NAME = runs.CHECKPOINT_NAME
@@ -177,22 +187,26 @@ def run_settings(algorithm: str, **kwargs) -> Dict[str, Any]:
   return out
 
 
-def run_settings_from_gin(algorithm: str, **overrides) -> Dict[str, Any]:
-  """`run_settings` of run_experiment as gin (parsed) and `overrides` would call it."""
+def gin_arguments(*names: str, **overrides) -> Dict[str, Any]:
+  """run_experiment's arguments `names` as gin (parsed) and `overrides` would call it."""
   import inspect  # pylint: disable=g-import-not-at-top
   from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  kwargs = {}
-  for name, param in inspect.signature(run_experiment).parameters.items():
-    if name not in _SETTINGS_ARGS:
-      continue
+  params = inspect.signature(run_experiment).parameters
+  out = {}
+  for name in names:
     if name in overrides:
-      kwargs[name] = overrides[name]
+      out[name] = overrides[name]
       continue
     try:
-      kwargs[name] = config_lib.bound_value(f"run_experiment.{name}")
+      out[name] = config_lib.bound_value(f"run_experiment.{name}")
     except ValueError:
-      kwargs[name] = param.default
-  return run_settings(algorithm, **kwargs)
+      out[name] = params[name].default
+  return out
+
+
+def run_settings_from_gin(algorithm: str, **overrides) -> Dict[str, Any]:
+  """`run_settings` of run_experiment as gin (parsed) and `overrides` would call it."""
+  return run_settings(algorithm, **gin_arguments(*_SETTINGS_ARGS, **overrides))
 
 
 def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
@@ -212,19 +226,23 @@ def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
   return out
 
 
-def run_definition_from_gin(algorithm: str, results_dir) -> Dict[str, Any]:
-  """`run_definition` of run_experiment as gin (parsed) would call it.
+def run_definition_from_gin(algorithm: str, results_dir,
+                            algorithms: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+  """`run_definition` of run_experiment as gin (parsed) would call it, for
+  `algorithm` trained alone or (multi-task label) with `algorithms`.
 
   Lambda from a calibration record that does not exist yet (or cannot be
   used: the sweep reports that itself) is left out: not compared.
   """
   from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
   model = config_lib.bound_value("run_experiment.model")
+  lambda_gate = gin_arguments("lambda_gate")["lambda_gate"]
+  if model.endswith(MULTITASK_SUFFIX):
+    args = gin_arguments(*_SETTINGS_ARGS, "multitask_update")
+    tasks = _make_tasks(model, list(algorithms or [algorithm]), lambda_gate, results_dir,
+                        args.pop("train_lengths"), args.pop("multitask_update"), **args)
+    return next(t.definition for t in tasks if t.algorithm == algorithm)
   settings = run_settings_from_gin(algorithm)
-  try:
-    lambda_gate = config_lib.bound_value("run_experiment.lambda_gate")
-  except ValueError:
-    lambda_gate = None
   try:
     lam, start, info = resolve_lambda(lambda_gate, algorithm, model,
                                       results_dir=results_dir, settings=settings)
@@ -337,9 +355,15 @@ class Model:
                          max_length)
       return losses.total, losses
     grads, losses = jax.grad(total, has_aux=True)(params)
-    updates, opt_state = self.optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
-    return params, opt_state, losses
+    updates, new_opt_state = self.optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    if len(self.specs) > 1:
+      # dm-clrs `filter_null_grads`: an update for one algorithm leaves the
+      # other algorithms' encoders/decoders and their Adam moments as they
+      # were (their gradients are zero; Adam would still move them by momentum).
+      new_params = keep_other_algorithms(new_params, params, algorithm_index)
+      new_opt_state = keep_other_algorithms(new_opt_state, opt_state, algorithm_index)
+    return new_params, new_opt_state, losses
 
   def _eval_batch(self, params, feedback, algorithm_index, with_hints: bool):
     """Hard output predictions (+ per-step hint loss and history norm on val)."""
@@ -353,6 +377,26 @@ class Model:
     history_norm = model_lib.mean_history_norm(out, feedback.features.lengths)
     return preds, {"hint_per_step": losses.hint_per_step,
                    "history_norm": history_norm}
+
+
+_ALGORITHM_MODULE = re.compile(r"algo_(\d+)_")
+
+
+def keep_other_algorithms(new, old, algorithm_index: int):
+  """`new` (parameters, or optimizer state holding per-parameter trees), where
+  every module of ANOTHER algorithm (haiku name `algo_<j>_...`, j !=
+  `algorithm_index`) keeps its value in `old`.  Shared modules (the processor,
+  the history gate) and global state (Adam's count) take `new`: dm-clrs
+  `filter_null_grads`."""
+  def pick(path, n, o):
+    for key in path:
+      name = getattr(key, "key", None)
+      if isinstance(name, str):
+        m = _ALGORITHM_MODULE.search(name)
+        if m and int(m.group(1)) != algorithm_index:
+          return o
+    return n
+  return jax.tree_util.tree_map_with_path(pick, new, old)
 
 
 def evaluate_split(model: Model, params, split_feedback, algorithm_index: int,
@@ -471,9 +515,118 @@ def check_seeds(seed: Union[int, Sequence[int]]) -> Tuple[List[int], bool]:
   return [int(s) for s in seeds], one
 
 
+def check_algorithms(algorithm: Union[str, Sequence[str]]) -> Tuple[List[str], bool]:
+  """`algorithm` (one name, or a list trained together by one processor) as a
+  list of CLRS-30 names without duplicates, and whether it was a single name."""
+  one = isinstance(algorithm, str)
+  algorithms = [algorithm] if one else list(algorithm)
+  if not algorithms:
+    raise ValueError("algorithm: an empty list; give at least one CLRS-30 algorithm")
+  algorithms = [data.check_algorithm(a) for a in algorithms]
+  duplicates = sorted({a for a in algorithms if algorithms.count(a) > 1})
+  if duplicates:
+    raise ValueError(f"duplicate algorithms {duplicates}: each algorithm gets one set "
+                     "of encoders/decoders, list it once")
+  return algorithms, one
+
+
+def stream_seed(seed: int, algorithm: str, algorithms: Sequence[str]) -> int:
+  """Seed of `algorithm`'s train stream and validation pool in a job of `algorithms`.
+
+  One algorithm: the run's seed (single-task runs).  Several: keyed by name
+  (crc32 is stable across processes, unlike hash()), so that algorithms with
+  the same sampler (bfs and dfs: the same graphs) get different data, and
+  the data do not depend on the order of the list.  run.py draws its
+  per-algorithm sampler seeds from one RandomState in list order instead.
+  """
+  if len(algorithms) == 1:
+    return int(seed)
+  entropy = [int(seed), zlib.crc32(data.check_algorithm(algorithm).encode())]
+  return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def resolve_train_lengths(train_lengths: Union[Sequence[int], Mapping[str, Sequence[int]]],
+                          algorithm: str) -> Tuple[int, ...]:
+  """The train lengths configured for `algorithm` (one list, or a dict alg -> list).
+
+  The string matchers' rule ((max * 5) // 4 nodes) is applied later, by the
+  algorithm's own stream (data.train_lengths), never to this value.
+  """
+  if isinstance(train_lengths, Mapping):
+    if algorithm not in train_lengths:
+      raise ValueError(f"train_lengths has no entry for {algorithm!r}; give "
+                       "every algorithm one, or one list for all")
+    train_lengths = train_lengths[algorithm]
+  lengths = tuple(int(n) for n in train_lengths)
+  if not lengths or min(lengths) <= 0:
+    raise ValueError(f"train_lengths of {algorithm!r} must be positive node "
+                     f"counts, got {list(lengths)}")
+  try:
+    data.train_lengths(algorithm, lengths)  # raises for too-short string matchers
+  except ValueError as e:
+    raise ValueError(f"{e}; give it its own lengths, e.g. train_lengths = "
+                     "{'" + algorithm + "': [16], ...}") from None
+  return lengths
+
+
+@dataclasses.dataclass
+class _Task:
+  """One algorithm of a job: its index in the net, lambda and run definition."""
+  index: int
+  algorithm: str
+  lengths: Tuple[int, ...]
+  lam: float
+  penalty_start: int                  # first step whose loss has lam * G
+  lambda_info: Optional[Dict[str, Any]]  # result.json's lambda_calibration
+  settings: Dict[str, Any]            # run_settings: result.json's settings
+  definition: Dict[str, Any]          # run_definition: what a checkpoint must agree on
+  test: Any = None
+  test_batch_size: int = 32
+
+
+def _make_tasks(model: str, algorithms: Sequence[str], lambda_gate, results_dir,
+                train_lengths, multitask_update: str, **settings_args) -> List[_Task]:
+  """The `_Task` of each algorithm: settings, lambda and definition.
+
+  A multi-task label trains one processor on all `algorithms`; its settings
+  name them (and the update rule), and G-ForgetNet's lambda is bound by hand
+  and on from step 0 (the heuristic's calibration is single-task).
+  """
+  multitask = model.endswith(MULTITASK_SUFFIX)
+  tasks = []
+  for k, alg in enumerate(algorithms):
+    lengths = resolve_train_lengths(train_lengths, alg)
+    settings = run_settings(alg, train_lengths=lengths, **settings_args)
+    if multitask:
+      settings.update(multitask_algorithms=list(algorithms),
+                      multitask_update=multitask_update)
+      base = model[:-len(MULTITASK_SUFFIX)]
+      if MODELS[model] == "gated" and base not in _ZERO_LAMBDA_MODELS and lambda_gate is None:
+        raise ValueError(
+            f"{model} needs run_experiment.lambda_gate bound by hand (a float, or a dict "
+            "algorithm -> float): the lambda heuristic's calibration is single-task")
+      lam = resolve_lambda(lambda_gate, alg, base)[0]
+      start, info = 0, None
+    else:
+      lam, start, info = resolve_lambda(lambda_gate, alg, model, results_dir=results_dir,
+                                        settings=settings)
+    tasks.append(_Task(index=k, algorithm=alg, lengths=lengths, lam=lam,
+                       penalty_start=start, lambda_info=info, settings=settings,
+                       definition=run_definition(model, alg, settings, lam, start, info)))
+  return tasks
+
+
+def job_folder(results_dir, model: str, algorithms: Sequence[str], seed: int) -> pathlib.Path:
+  """Where the job of `seed` keeps its checkpoint: the run folder of its one
+  algorithm, or for several the multi-task job folder (runs.multitask_job_dir)."""
+  if len(algorithms) == 1:
+    return run_dir(results_dir, model, algorithms[0], seed)
+  return runs.multitask_job_dir(results_dir, model, seed)
+
+
 @gin.configurable(denylist=["algorithm", "seed", "results_dir"])
 def run_experiment(*,
-                   algorithm: str,
+                   algorithm: Union[str, Sequence[str]],
                    seed: Union[int, Sequence[int]],
                    model: str = gin.REQUIRED,
                    results_dir: str = "results",
@@ -484,8 +637,10 @@ def run_experiment(*,
                    grad_clip_max_norm: float = 1.0,
                    schedule_steps: Optional[int] = None,
                    lambda_gate: Union[None, float, Mapping[str, float]] = None,
-                   train_lengths: Sequence[int] = data.TRAIN_LENGTHS,
+                   train_lengths: Union[Sequence[int], Mapping[str, Sequence[int]]] =
+                   data.TRAIN_LENGTHS,
                    validation_mode: str = "resample",
+                   multitask_update: str = "per_algorithm",
                    eval_every_steps: int = 50,
                    log_every_steps: int = 10,
                    checkpoint_every_steps: int = 500,
@@ -501,30 +656,55 @@ def run_experiment(*,
                    cache_dir: Optional[str] = None,
                    stop_after_steps: Optional[int] = None,
                    save_final_state: bool = False,
-                   progress: bool = True) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
-  """Train `model` on `algorithm` with `seed`; write and return the result dict.
+                   progress: bool = True) -> Any:
+  """Train `model` on `algorithm` with `seed`; write and return the result dict(s).
+
+  The one training loop, as dm-clrs's run.py: a job trains a LIST of
+  algorithms with one processor (single-task is a list of one) for one or
+  more seeds.
 
   Args (all gin-bindable except algorithm/seed/results_dir, which the sweep sets):
-    seed: one seed -> one run, returns its result dict.  A sequence of K
-      distinct seeds -> K runs trained together in this process (K-seed
-      mode, below), returns their result dicts in the same order.
+    algorithm: one CLRS-30 name -> a single-task run; a list -> one processor
+      trained on all of them (per-algorithm encoders and decoders, paper App.
+      "Multi-task experiments"), which needs a multi-task label
+      (`<model>_multitask`, gin/multitask.gin).  One result.json per
+      algorithm either way, under <results_dir>/<model>/<algorithm>/seed<k>/.
+    seed: one seed -> returns one run's result (one algorithm) or a dict
+      algorithm -> result (a list).  A sequence of K distinct seeds -> a list
+      of those, in order.  One algorithm: the K seeds train together, one
+      vmapped step (K-seed mode, below); several: one seed after the other.
     model: baseline | forget | gforget | gforget_constant | gforget_nopenalty |
-      calibrate -- a label of the results folder; its history policy is MODELS[model].
+      calibrate, or <one of the first four>_multitask -- a label of the results
+      folder; its history policy is MODELS[model].
     lambda_gate: G-ForgetNet's penalty weight (Eq. 6).  None (gin/gforget.gin):
       read from the algorithm's calibration record under `results_dir`
       (nar_markov/calibrate.py); a float, or a dict algorithm -> float, bound
       by hand.  When the penalty is on is the lambda heuristic's reading
       (`LambdaHeuristic.reading`: schedule -> from the calibration step,
-      constant -> from step 0); see `resolve_lambda`.
+      constant -> from step 0); see `resolve_lambda`.  Multi-task: bound by
+      hand, on from step 0.
+    train_lengths: one list for all algorithms, or a dict algorithm -> list.
+      Either way the string matchers train at (max * 5) // 4 nodes of their
+      list (data.train_lengths).
     validation_mode: 'resample' (dm-clrs run.py: every evaluation draws
       2 x 32 x multiplier samples with replacement from a pool sampled with
       the training settings at the largest train size, random pos) or 'fixed'
       (that pool, the same samples each time); nar_markov.data.ValidationPool.
+    multitask_update: several algorithms only.  'per_algorithm' (dm-clrs
+      run.py, the default): every training step takes one clipped Adam update
+      per algorithm, in list order, each on that algorithm's own batch, with
+      the other algorithms' encoders/decoders and their Adam moments left
+      untouched (dm-clrs `filter_null_grads`); the cosine schedule then spans
+      train_steps x len(algorithms) updates.  'summed': one update per step on
+      the sum of the algorithms' losses (the named departure, for comparison).
+      The processor is validated on every algorithm's val split; the
+      parameters with the best MEAN val score are tested (run.py keeps the
+      best sum).
     val_max_samples / test_max_samples: evaluate on the first k samples only
       (smoke tests); None = the whole official split.
     test_batch_size: None picks a size that bounds evaluation memory.
-    schedule_steps: horizon of the cosine decay; None = train_steps.  The
-      lambda calibration trains 6,000 steps on the 10,000-step schedule.
+    schedule_steps: horizon of the cosine decay in steps; None = train_steps.
+      The lambda calibration trains 6,000 steps on the 10,000-step schedule.
     impl: how the net is computed: 'auto'/'fast' (nar_markov.fastnet) or
       'reference' (dm-clrs's modules as they are; same function and
       parameters, slower).
@@ -534,37 +714,37 @@ def run_experiment(*,
       beside result.json (the lambda calibration's lambda = 0 runs: G-ForgetNet
       under the schedule reading continues from it).
 
-  K-seed mode (`seed=[s1, ..., sK]`, what the sweep runs with SEEDS_PER_JOB=K):
-  one optimizer step of all K seeds is ONE XLA computation, `jax.vmap` of
-  `Model._train_step` over parameters, optimizer state, batch and step rng
-  (`make_vmapped_train_step`).  Everything else stays per seed and is exactly
-  what K separate runs do (`_SeedRun`): its own data stream, initial
-  parameters, step rng, validation, best parameters, checkpoint
-  (`<run_dir>/checkpoint.pkl`, the same format: a run can be resumed either
-  way), divergence and result.json (the same format).  So each seed's result
-  equals its separate run's up to float reassociation in XLA's batched
-  kernels (tests/test_multiseed.py).  The K batches of a step have the
-  same graph size (the streams cycle the train lengths in lockstep) and are
-  zero-padded on the time axis to the longest of the K, which changes no
-  number (outputs freeze after a trajectory ends; hint losses are masked).
-  Seeds that are done (nar_markov.runs.check_result: a result that reads
-  back with this call's definition) are skipped; a result with other settings
-  is an error (nothing trained); a corrupt one is moved aside and the seed
-  trained again; a seed another process is training (its run lock) is an
-  error, runs.LockHeld.  A diverged seed gets its
-  "diverged" result at once and the others go on.  Seeds resumed from
-  checkpoints at different steps are trained group by group (seeds at the
-  same step together), one group after the other.  `train_time_s` of a K-seed
-  run is the job's training wall time, shared by its K seeds: `steps_per_s`
-  is each seed's wall-clock rate (the job's throughput is K times that).
-  With K = 1 (an int, or a one-seed list) it is the single-run path,
-  `Model.train_step`, unchanged.
+  K-seed mode (`seed=[s1, ..., sK]` with one algorithm, what the sweep runs
+  with SEEDS_PER_JOB=K): one optimizer step of all K seeds is ONE XLA
+  computation, `jax.vmap` of `Model._train_step` over parameters, optimizer
+  state, batch and step rng (`make_vmapped_train_step`).  Everything else
+  stays per seed and is exactly what K separate runs do (`_SeedRun`): its own
+  data stream, initial parameters, step rng, validation, best parameters,
+  checkpoint (the same format: a run can be resumed either way), divergence
+  and result.json.  So each seed's result equals its separate run's up to
+  float reassociation in XLA's batched kernels (tests/test_multiseed.py).
+  The K batches of a step have the same graph size (the streams cycle the
+  train lengths in lockstep) and are zero-padded on the time axis to the
+  longest of the K, which changes no number.  Seeds resumed from checkpoints
+  at different steps are trained group by group.  `train_time_s` of a K-seed
+  run is the job's training wall time, shared by its K seeds.
+
+  Done-ness, for every seed: a seed whose results all read back with this
+  call's definition (nar_markov.runs.check_result) is skipped; a result with
+  other settings is an error (nothing trained); a corrupt one is moved aside
+  and the seed trained again; a seed another process is training (its lock)
+  is an error, runs.LockHeld.  A diverged seed gets its "diverged" results
+  at once, tested on its best validation parameters, and the others go on.
   """
   setup_compilation_cache()
-  seeds, one = check_seeds(seed)
-  algorithm = data.check_algorithm(algorithm)
+  seeds, one_seed = check_seeds(seed)
+  algorithms, one_alg = check_algorithms(algorithm)
   if model not in MODELS:
     raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
+  if len(algorithms) > 1 and not model.endswith(MULTITASK_SUFFIX):
+    raise ValueError(
+        f"{len(algorithms)} algorithms train one shared processor: use a multi-task "
+        f"label ({model + MULTITASK_SUFFIX!r}, gin/multitask.gin), not {model!r}")
   check_protocol(train_steps=train_steps, batch_size=batch_size,
                  hidden_size=hidden_size, eval_every_steps=eval_every_steps,
                  log_every_steps=log_every_steps,
@@ -573,163 +753,193 @@ def run_experiment(*,
   if validation_mode not in data.VALIDATION_MODES:
     raise ValueError(f"unknown validation_mode {validation_mode!r}; "
                      f"valid: {data.VALIDATION_MODES}")
-  settings = run_settings(
-      algorithm, train_steps=train_steps, batch_size=batch_size,
-      hidden_size=hidden_size, learning_rate=learning_rate,
-      grad_clip_max_norm=grad_clip_max_norm, schedule_steps=schedule_steps,
-      train_lengths=train_lengths, processor=processor,
-      nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
-      gate_bias_init=gate_bias_init)
-  lam, penalty_start, lambda_info = resolve_lambda(
-      lambda_gate, algorithm, model, results_dir=results_dir, settings=settings)
+  if multitask_update not in MULTITASK_UPDATES:
+    raise ValueError(f"unknown multitask_update {multitask_update!r}; "
+                     f"valid: {MULTITASK_UPDATES}")
+  tasks = _make_tasks(
+      model, algorithms, lambda_gate, results_dir, train_lengths, multitask_update,
+      train_steps=train_steps, batch_size=batch_size, hidden_size=hidden_size,
+      learning_rate=learning_rate, grad_clip_max_norm=grad_clip_max_norm,
+      schedule_steps=schedule_steps, processor=processor, nb_triplet_fts=nb_triplet_fts,
+      gate_mlp_layers=gate_mlp_layers, gate_bias_init=gate_bias_init)
   config = model_lib.NetConfig(
       hidden_size=int(hidden_size), history=MODELS[model], processor=processor,
       nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
       gate_bias_init=gate_bias_init, impl=impl)
 
-  definition = run_definition(model, algorithm, settings, lam, penalty_start, lambda_info)
-  results: Dict[int, Dict[str, Any]] = {}
+  def verdicts_of(s):
+    return [runs.check_result(run_dir(results_dir, model, t.algorithm, s),
+                              dict(t.definition, seed=s)) for t in tasks]
+
+  results: Dict[int, List[Dict[str, Any]]] = {}
   # Done means verified (nar_markov.runs.check_result): a result with other
   # settings is refused before anything is touched; a corrupt one is moved
-  # aside and the run trained again.
-  verdicts = {s: runs.check_result(run_dir(results_dir, model, algorithm, s),
-                                   dict(definition, seed=s)) for s in seeds}
-  runs.refuse_other_settings(verdicts.values())
+  # aside and the seed trained again.
+  verdicts = {s: verdicts_of(s) for s in seeds}
+  runs.refuse_other_settings([v for vs in verdicts.values() for v in vs])
   with contextlib.ExitStack() as locks:
     todo = []
     for s in seeds:
-      out_dir = run_dir(results_dir, model, algorithm, s)
-      if not verdicts[s].done:
-        # One trainer per run: a second process is refused (runs.run_lock);
+      if not all(v.done for v in verdicts[s]):
+        # One trainer per job: a second process is refused (runs.run_lock);
         # then look again -- the other may have finished in between.
-        locks.enter_context(runs.run_lock(out_dir))
-        verdicts[s] = runs.check_result(out_dir, dict(definition, seed=s))
-      v = verdicts[s]
-      if v.done:
-        log(f"{v.path} exists ({v.state}, settings verified); nothing to do")
-        results[s] = v.result
+        locks.enter_context(runs.run_lock(job_folder(results_dir, model, algorithms, s)))
+        verdicts[s] = verdicts_of(s)
+      if all(v.done for v in verdicts[s]):
+        for v in verdicts[s]:
+          log(f"{v.path} exists ({v.state}, settings verified); nothing to do")
+        results[s] = [v.result for v in verdicts[s]]
         continue
-      if v.state == "other":
-        raise ValueError(f"{v.path}: {v.detail}; not retrained, not overwritten")
-      if v.state == "corrupt":
-        log(f"WARNING: {v.path} is corrupt ({v.detail}); moved aside to "
-            f"{runs.move_aside(v.path)}; training the run again")
+      for v in verdicts[s]:
+        if v.state == "other":
+          raise ValueError(f"{v.path}: {v.detail}; not retrained, not overwritten")
+        if v.state == "corrupt":
+          log(f"WARNING: {v.path} is corrupt ({v.detail}); moved aside to "
+              f"{runs.move_aside(v.path)}; training the run again")
       todo.append(s)
     if todo:
-      _train_seeds(todo, results, model=model, algorithm=algorithm, settings=settings,
-                   definition=definition, lam=lam, penalty_start=penalty_start,
-                   lambda_info=lambda_info, config=config, results_dir=results_dir,
-                   train_steps=train_steps, batch_size=batch_size,
-                   hidden_size=hidden_size, learning_rate=learning_rate,
-                   grad_clip_max_norm=grad_clip_max_norm, schedule_steps=schedule_steps,
-                   train_lengths=train_lengths, validation_mode=validation_mode,
-                   eval_every_steps=eval_every_steps, log_every_steps=log_every_steps,
-                   checkpoint_every_steps=checkpoint_every_steps,
-                   val_max_samples=val_max_samples, test_max_samples=test_max_samples,
-                   val_batch_size=val_batch_size, test_batch_size=test_batch_size,
-                   cache_dir=cache_dir, stop_after_steps=stop_after_steps,
-                   save_final_state=save_final_state, progress=progress)
-  ordered = [results[s] for s in seeds]
-  return ordered[0] if one else ordered
+      job = _make_job(
+          tasks, model=model, config=config, results_dir=results_dir,
+          train_steps=train_steps, batch_size=batch_size, hidden_size=hidden_size,
+          learning_rate=learning_rate, grad_clip_max_norm=grad_clip_max_norm,
+          schedule_steps=schedule_steps, validation_mode=validation_mode,
+          multitask_update=multitask_update, eval_every_steps=eval_every_steps,
+          log_every_steps=log_every_steps, checkpoint_every_steps=checkpoint_every_steps,
+          val_max_samples=val_max_samples, test_max_samples=test_max_samples,
+          val_batch_size=val_batch_size, test_batch_size=test_batch_size,
+          cache_dir=cache_dir, stop_after_steps=stop_after_steps,
+          save_final_state=save_final_state, progress=progress)
+      results.update(_train_seeds(job, todo, results_dir))
+
+  def shaped(per_task):
+    return per_task[0] if one_alg else dict(zip(algorithms, per_task))
+  ordered = [shaped(results[s]) for s in seeds]
+  return ordered[0] if one_seed else ordered
 
 
-def _train_seeds(todo: Sequence[int], results: Dict[int, Dict[str, Any]], *, model,
-                 algorithm, settings, definition, lam, penalty_start, lambda_info,
-                 config, results_dir, train_steps, batch_size, hidden_size,
-                 learning_rate, grad_clip_max_norm, schedule_steps, train_lengths,
-                 validation_mode, eval_every_steps, log_every_steps,
-                 checkpoint_every_steps, val_max_samples, test_max_samples,
-                 val_batch_size, test_batch_size, cache_dir, stop_after_steps,
-                 save_final_state, progress) -> None:
-  """run_experiment's training of the seeds `todo` (their run locks held);
-  their results go into `results`."""
-  gin_str = gin.config_str()
-  seed_runs = []
-  for s in todo:
-    out_dir = run_dir(results_dir, model, algorithm, s)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_dir / "config.gin", (gin_str or bindings_as_gin(
-        "run_experiment", dict(
-            model=model, algorithm=algorithm, seed=s, train_steps=train_steps,
-            batch_size=batch_size, hidden_size=hidden_size,
-            learning_rate=learning_rate, lambda_gate=lam))).encode())
-    # Data: one train stream and one validation pool per run (seed), as
-    # run.py; the test split from the cache (the official draw).
-    seed_runs.append((s, out_dir,
-                      data.TrainStream(algorithm, seed=s, batch_size=batch_size,
-                                       lengths=tuple(train_lengths)),
-                      data.ValidationPool(algorithm, seed=s, lengths=tuple(train_lengths),
-                                          mode=validation_mode)))
-  spec = seed_runs[0][2].spec
-  test = data.load_split(algorithm, "test", cache_dir=cache_dir)
-  nb_dims = model_lib.nb_dims_of(test)
-  test_nodes = test.features.inputs[0].data.shape[1]
-  if test_batch_size is None:
-    test_batch_size = default_test_batch_size(spec, test_nodes, hidden_size,
-                                              fast=config.fast)
-  optimizer = make_optimizer(learning_rate, schedule_steps or train_steps,
+def _make_job(tasks: List[_Task], *, model, config, results_dir, train_steps, batch_size,
+              hidden_size, learning_rate, grad_clip_max_norm, schedule_steps,
+              validation_mode, multitask_update, eval_every_steps, log_every_steps,
+              checkpoint_every_steps, val_max_samples, test_max_samples, val_batch_size,
+              test_batch_size, cache_dir, stop_after_steps, save_final_state,
+              progress) -> "_Job":
+  """What the seeds of one run_experiment call share: net, optimizer, test splits."""
+  specs = [data.get_spec(t.algorithm) for t in tasks]
+  nb_dims = []
+  for t, spec in zip(tasks, specs):
+    t.test = data.load_split(t.algorithm, "test", cache_dir=cache_dir)
+    nb_dims.append(model_lib.nb_dims_of(t.test))
+    t.test_batch_size = int(test_batch_size) if test_batch_size is not None else (
+        default_test_batch_size(spec, data.nb_nodes_of(t.test), hidden_size,
+                                fast=config.fast))
+  summed = multitask_update == "summed" and len(tasks) > 1
+  updates_per_step = 1 if summed else len(tasks)
+  optimizer = make_optimizer(learning_rate,
+                             (schedule_steps or train_steps) * updates_per_step,
                              grad_clip_max_norm)
-  job = _Job(
-      model=model, algorithm=algorithm, lam=lam, penalty_start=penalty_start,
-      lambda_info=lambda_info, save_final_state=bool(save_final_state),
-      net=Model([spec], [nb_dims], config, optimizer), optimizer=optimizer,
-      test=test, train_steps=int(train_steps),
-      eval_every_steps=int(eval_every_steps), log_every_steps=int(log_every_steps),
+  net = Model(specs, nb_dims, config, optimizer)
+  return _Job(
+      model=model, tasks=tasks, multitask=model.endswith(MULTITASK_SUFFIX),
+      summed_step=make_summed_train_step(net, len(tasks)) if summed else None,
+      save_final_state=bool(save_final_state), net=net, optimizer=optimizer,
+      train_steps=int(train_steps), eval_every_steps=int(eval_every_steps),
+      log_every_steps=int(log_every_steps),
       checkpoint_every_steps=int(checkpoint_every_steps),
       val_batch_size=int(val_batch_size), val_max_samples=val_max_samples,
-      test_batch_size=int(test_batch_size), test_max_samples=test_max_samples,
-      stop_after_steps=stop_after_steps, progress=progress, gin_str=gin_str,
-      validation_mode=validation_mode, settings=settings, definition=definition)
+      test_max_samples=test_max_samples, stop_after_steps=stop_after_steps,
+      progress=progress, gin_str=gin.config_str(), validation_mode=validation_mode,
+      multitask_update=multitask_update, batch_size=int(batch_size))
+
+
+def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, List[Dict]]:
+  """run_experiment's training of the seeds `todo` (their locks held): seed ->
+  its results, one per algorithm."""
+  algorithms = [t.algorithm for t in job.tasks]
   by_step: Dict[int, List[Tuple[_SeedRun, Any, Any]]] = {}
-  for s, out_dir, stream, val in seed_runs:
-    run = _SeedRun(job, s, out_dir, stream, val)
+  for s in todo:
+    out_dirs = [run_dir(results_dir, job.model, a, s) for a in algorithms]
+    for out_dir in out_dirs:
+      out_dir.mkdir(parents=True, exist_ok=True)
+      atomic_write_bytes(out_dir / "config.gin", (job.gin_str or bindings_as_gin(
+          "run_experiment", dict(
+              model=job.model, algorithm=algorithms if job.multitask else algorithms[0],
+              seed=s, **{k: job.tasks[0].settings[k] for k in (
+                  "train_steps", "batch_size", "hidden_size", "learning_rate")},
+              lambda_gate=(job.tasks[0].lam if len(job.tasks) == 1 else
+                           {t.algorithm: t.lam for t in job.tasks})))).encode())
+    # Data: one train stream and one validation pool per algorithm and seed,
+    # as run.py; the test splits from the cache (the official draw).
+    streams = [data.TrainStream(t.algorithm, seed=stream_seed(s, t.algorithm, algorithms),
+                                batch_size=job.batch_size, lengths=t.lengths)
+               for t in job.tasks]
+    vals = [data.ValidationPool(t.algorithm, seed=stream_seed(s, t.algorithm, algorithms),
+                                lengths=t.lengths, mode=job.validation_mode)
+            for t in job.tasks]
+    run = _SeedRun(job, s, job_folder(results_dir, job.model, algorithms, s), out_dirs,
+                   streams, vals)
     params, opt_state = run.start()
     by_step.setdefault(run.step, []).append((run, params, opt_state))
-  if len(by_step) > 1:
+  if len(by_step) > 1 and len(job.tasks) == 1:
     # A K-seed step needs its seeds at the same step (one schedule value,
     # one graph size); this only happens when some seeds ran elsewhere.
     log("checkpoints at different steps (" + ", ".join(
         f"step {k}: seeds {[r.seed for r, _, _ in g]}" for k, g in sorted(by_step.items()))
         + "); training the groups one after the other")
+  results = {}
   for group in by_step.values():
-    if len(group) == 1:
-      run, params, opt_state = group[0]
-      results[run.seed] = _train_single(job, run, params, opt_state)
+    if len(group) == 1 or len(job.tasks) > 1:
+      # Several algorithms: the vmapped step is single-task; seeds one by one.
+      for run, params, opt_state in group:
+        results[run.seed] = _train_single(job, run, params, opt_state)
     else:
       results.update(_train_vmapped(job, group))
+  return results
+
+
+def make_summed_train_step(net: Model, nb_algorithms: int):
+  """multitask_update='summed': one optimizer update on sum_k loss_k(batch_k)."""
+
+  def step(params, opt_state, feedbacks, lambdas, rng_key):
+    def total(p):
+      losses = [net.loss(p, feedbacks[k], lambdas[k], k, jax.random.fold_in(rng_key, k))
+                for k in range(nb_algorithms)]
+      return sum(l.total for l in losses), losses
+    grads, losses = jax.grad(total, has_aux=True)(params)
+    updates, opt_state = net.optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return params, opt_state, losses
+
+  return jax.jit(step, donate_argnums=(0, 1))
 
 
 @dataclasses.dataclass
 class _Job:
   """What the seeds of one run_experiment call share."""
   model: str
-  algorithm: str
-  lam: float
-  penalty_start: int                  # first step whose loss has lam * G
-  lambda_info: Optional[Dict[str, Any]]  # result.json's lambda_calibration
+  tasks: List[_Task]
+  multitask: bool                     # a *_multitask label (result fields)
+  summed_step: Any                    # multitask_update='summed' with >1 algorithm
   save_final_state: bool
   net: Model
   optimizer: optax.GradientTransformation
-  test: Any
   train_steps: int
   eval_every_steps: int
   log_every_steps: int
   checkpoint_every_steps: int
   val_batch_size: int
   val_max_samples: Optional[int]
-  test_batch_size: int
   test_max_samples: Optional[int]
   stop_after_steps: Optional[int]
   progress: bool
   gin_str: str
   validation_mode: str
-  settings: Dict[str, Any]   # run_settings: result.json's settings fields
-  definition: Dict[str, Any]  # run_definition: what a checkpoint must agree on
+  multitask_update: str
+  batch_size: int
 
-  def lambda_at(self, step: int) -> np.float32:
+  def lambda_at(self, task: _Task, step: int) -> np.float32:
     """The penalty weight of train step `step` (0-based): the heuristic's reading."""
     # A numpy scalar: no eager conversion to compile, one compiled step for both.
-    return np.float32(self.lam if step >= self.penalty_start else 0.0)
+    return np.float32(task.lam if step >= task.penalty_start else 0.0)
 
   def stop_at(self, step: int) -> int:
     if self.stop_after_steps is None:
@@ -748,95 +958,125 @@ class _Job:
   def checkpoint_due(self, step: int) -> bool:
     return step % self.checkpoint_every_steps == 0 and step < self.train_steps
 
+  def train_step(self, seed: int, step: int, params, opt_state, feedbacks):
+    """One training step of one seed: (params, opt_state, losses per algorithm)."""
+    if self.summed_step is not None:
+      lambdas = np.asarray([self.lambda_at(t, step) for t in self.tasks], np.float32)
+      return self.summed_step(params, opt_state, tuple(feedbacks), lambdas,
+                              self.net.step_key(seed, step))
+    losses = []
+    n = len(self.tasks)
+    for task, feedback in zip(self.tasks, feedbacks):
+      # The update's rng depends on (seed, update index) only, so resuming needs
+      # no rng state: fold_in(PRNGKey(seed + 1), step * n + k), one compiled function.
+      rng_key = self.net.step_key(seed, step * n + task.index)
+      params, opt_state, l = self.net.train_step(params, opt_state, feedback,
+                                                 self.lambda_at(task, step), task.index,
+                                                 rng_key)
+      losses.append(l)
+    return params, opt_state, losses
+
 
 class _SeedRun:
-  """One seed's bookkeeping: folder, data stream, checkpoint state, curves,
-  pending losses, divergence and result.json.
+  """One seed's bookkeeping: folders, data streams, checkpoint state, curves,
+  pending losses, divergence and its result.json files (one per algorithm).
 
-  Everything of a run except its parameters and optimizer state, which the
+  Everything of a seed except its parameters and optimizer state, which the
   training loop holds: one seed's arrays (`_train_single`), or K seeds'
   stacked on a leading axis (`_train_vmapped`), which hands this object its
   seed's slice when it evaluates or checkpoints.
   """
 
-  def __init__(self, job: _Job, seed: int, out_dir: pathlib.Path,
-               stream: data.TrainStream, val: data.ValidationPool):
+  def __init__(self, job: _Job, seed: int, job_dir: pathlib.Path,
+               out_dirs: Sequence[pathlib.Path], streams: Sequence[data.TrainStream],
+               vals: Sequence[data.ValidationPool]):
     self.job = job
     self.seed = int(seed)
-    self.out_dir = out_dir
-    self.stream = stream
-    self.val = val
-    self.ckpt_path = out_dir / CHECKPOINT_NAME
-    self.result_path = out_dir / RESULT_NAME
-    self.pending = []  # (step, device-side losses) since the last flush
+    self.out_dirs = list(out_dirs)
+    self.streams = list(streams)
+    self.vals = list(vals)
+    self.ckpt_path = job_dir / CHECKPOINT_NAME
+    self.pending = []  # (step, device-side losses per algorithm) since the last flush
     self.last_report = time.time()
 
   @property
   def name(self) -> str:
-    return f"{self.job.model}/{self.job.algorithm}/seed{self.seed}"
+    if len(self.job.tasks) == 1:
+      return f"{self.job.model}/{self.job.tasks[0].algorithm}/seed{self.seed}"
+    return f"{self.job.model}/seed{self.seed} ({len(self.job.tasks)} algorithms)"
+
+  @property
+  def definitions(self) -> List[Dict[str, Any]]:
+    return [dict(t.definition, seed=self.seed) for t in self.job.tasks]
 
   def start(self):
     """Resume from the checkpoint, or initialise; returns (params, opt_state)."""
     job = self.job
     state = load_checkpoint(self.ckpt_path)
     if state is not None:
-      self.check_resume(state, self.ckpt_path, self.definition)
+      self.check_resume(state, self.ckpt_path, self.definitions)
     prefix = None if state is not None else self.calibration_prefix()
     if prefix is not None:
+      task = job.tasks[0]
       state = load_checkpoint(prefix)
-      if state is None or state["step"] != job.penalty_start:
-        raise ValueError(f"{prefix} does not hold the state at step {job.penalty_start}")
+      if state is None or state["step"] != task.penalty_start:
+        raise ValueError(f"{prefix} does not hold the state at step {task.penalty_start}")
       # The lambda = 0 calibration run of this seed: this run's settings but
       # trained to the switch (train_steps), as model `calibrate` without
       # penalty (nar_markov/calibrate.py).
-      self.check_resume(state, prefix, dict(
-          self.definition, model="calibrate", lambda_gate=0.0, lambda_reading=None,
-          penalty_start_step=0, settings=dict(job.settings, train_steps=job.penalty_start)))
+      self.check_resume(state, prefix, [dict(
+          self.definitions[0], model="calibrate", lambda_gate=0.0, lambda_reading=None,
+          penalty_start_step=0, settings=dict(task.settings,
+                                              train_steps=task.penalty_start))])
       log(f"{self.name}: continuing the lambda = 0 calibration run's training from "
           f"step {state['step']} ({prefix}): the same seed, data and schedule, and "
           "no penalty before the switch, so the same training")
       state["continued_from"] = str(prefix)
     if state is not None:
-      self.stream.load_state_dict(state["stream"])
+      for stream, stream_state in zip(self.streams, state["streams"]):
+        stream.load_state_dict(stream_state)
       params, opt_state = state["params"], state["opt_state"]
       if prefix is None:
         log(f"resuming {self.name} from step {state['step']}")
     else:
-      init_batch = next(iter(data.eval_batches(self.val.draw(0),
-                                               job.val_batch_size)))[0]
+      init_features = [next(iter(data.eval_batches(v.draw(0), job.val_batch_size)))[0]
+                       .features for v in self.vals]
       # = net.init(PRNGKey(seed), ...) and optimizer.init, in one compilation.
-      params, opt_state = job.net.init_state(self.seed, [init_batch.features])
-      state = {"step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
-               "curves": empty_curves(), "train_time_s": 0.0, "eval_time_s": 0.0,
-               "diverged_step": None}
-    state["definition"] = self.definition  # what this run's checkpoints are of
+      params, opt_state = job.net.init_state(self.seed, init_features)
+      state = {"format": CHECKPOINT_FORMAT, "algorithms": [t.algorithm for t in job.tasks],
+               "step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
+               "best_scores": None, "curves": [empty_curves() for _ in job.tasks],
+               "train_time_s": 0.0, "eval_time_s": 0.0, "diverged_step": None,
+               "test_results": {}}
+    state["definitions"] = self.definitions  # what this seed's checkpoints are of
     self.state = state
     self.curves = state["curves"]
     self.step = state["step"]
     self.t_train = state["train_time_s"]  # accumulated over resumes
     self.t_eval = state["eval_time_s"]
     self.diverged_step = state["diverged_step"]
-    if self.step == 0 and not self.curves["val"]["step"]:
+    if self.step == 0 and not self.curves[0]["val"]["step"]:
       self.evaluate(params, 0)
     return params, opt_state
 
-  @property
-  def definition(self) -> Dict[str, Any]:
-    return dict(self.job.definition, seed=self.seed)
-
-  def check_resume(self, state, path: pathlib.Path, expected: Mapping[str, Any]) -> None:
-    """A checkpoint continues only the run it was written for; a mismatch is
+  def check_resume(self, state, path: pathlib.Path,
+                   expected: Sequence[Mapping[str, Any]]) -> None:
+    """A checkpoint continues only the job it was written for; a mismatch is
     an error that names the settings, and the checkpoint is kept."""
-    recorded = state.get("definition")
+    recorded = state.get("definitions")
+    if state.get("algorithms") != [d["algorithm"] for d in expected]:
+      raise ValueError(
+          f"checkpoint {path} is for algorithms {state.get('algorithms')}, this run is "
+          f"on {[d['algorithm'] for d in expected]}; remove it or use another results_dir")
     if recorded is None:  # written before checkpoints recorded their settings
       log(f"WARNING: {path} records no settings (an older checkpoint); resuming "
           "without checking them")
-      if state["step"] > expected["settings"]["train_steps"]:
+      if state["step"] > expected[0]["settings"]["train_steps"]:
         raise ValueError(f"checkpoint {path} is at step {state['step']}, this run has "
-                         f"train_steps={expected['settings']['train_steps']}; the "
+                         f"train_steps={expected[0]['settings']['train_steps']}; the "
                          "checkpoint is kept: use another results_dir or move it aside")
       return
-    diffs = runs.definition_mismatch(recorded, expected)
+    diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
     if diffs:
       raise ValueError(
           f"checkpoint {path} was written with "
@@ -848,109 +1088,156 @@ class _SeedRun:
   def calibration_prefix(self) -> Optional[pathlib.Path]:
     """Schedule reading: the lambda = 0 calibration run of this seed, saved at
     the switch, which is this run's training up to there (calibrate.py)."""
-    info = self.job.lambda_info
+    if len(self.job.tasks) != 1:
+      return None
+    task = self.job.tasks[0]
+    info = task.lambda_info
     if (not info or info.get("source") != "calibration record"
         or info.get("reading") != "schedule" or not info.get("reuse_calibration_prefix")
-        or self.job.penalty_start <= 0):
+        or task.penalty_start <= 0):
       return None
     return calibrate_lib.prefix_state(info, self.seed)
 
-  def evaluate(self, params, step_now: int) -> Dict[str, Any]:
-    job, state, curves = self.job, self.state, self.curves
+  def evaluate(self, params, step_now: int) -> float:
+    """Validate on every algorithm's pool; returns the mean score (selection)."""
+    job, state = self.job, self.state
     t0 = time.time()
-    res = evaluate_split(job.net, params, self.val.draw(step_now), 0,
-                         job.val_batch_size, with_hints=True,
-                         max_samples=job.val_max_samples)
+    scores = []
+    for task, val, curves in zip(job.tasks, self.vals, self.curves):
+      res = evaluate_split(job.net, params, val.draw(step_now), task.index,
+                           job.val_batch_size, with_hints=True,
+                           max_samples=job.val_max_samples)
+      curves["val"]["step"].append(step_now)
+      curves["val"]["score"].append(res["score"])
+      curves["val"]["hidden_norm"].append(res["history_norm"])
+      curves["hint_step_loss"]["step"].append(step_now)
+      curves["hint_step_loss"]["loss"].append(res["hint_per_step"])
+      scores.append(res["score"])
     self.t_eval += time.time() - t0
-    curves["val"]["step"].append(step_now)
-    curves["val"]["score"].append(res["score"])
-    curves["val"]["hidden_norm"].append(res["history_norm"])
-    curves["hint_step_loss"]["step"].append(step_now)
-    curves["hint_step_loss"]["loss"].append(res["hint_per_step"])
-    # dm-clrs run.py keeps the first evaluation and any strict improvement.
-    if res["score"] > state["best_val"] or state["best_params"] is None:
-      state["best_val"] = res["score"]
+    mean = float(np.mean(scores))
+    # dm-clrs run.py keeps the first evaluation and any strict improvement
+    # (of the sum of the algorithms' scores; the mean selects the same).
+    if mean > state["best_val"] or state["best_params"] is None:
+      state["best_val"] = mean
+      state["best_scores"] = scores
       state["best_step"] = step_now
       state["best_params"] = jax.tree_util.tree_map(np.asarray, params)
-    return res
+    return mean
 
-  def report(self, res: Dict[str, Any]) -> None:
+  def report(self, score: float) -> None:
     job = self.job
     if job.progress and (time.time() - self.last_report > 10
                          or self.step == job.train_steps):
       self.last_report = time.time()
-      log(f"{self.name} step {self.step}/{job.train_steps} "
-          f"loss {self.curves['train']['loss'][-1]:.4f} val {res['score']:.4f} "
+      losses = [c["train"]["loss"][-1] for c in self.curves]
+      loss = (f"loss {losses[0]:.4f} val" if len(losses) == 1 else
+              "loss [" + ", ".join(f"{t.algorithm} {l:.3f}" for t, l in
+                                   zip(job.tasks, losses)) + "] mean val")
+      log(f"{self.name} step {self.step}/{job.train_steps} {loss} {score:.4f} "
           f"(best {self.state['best_val']:.4f} @ {self.state['best_step']}) "
           f"{self.step / max(self.t_train, 1e-9):.2f} steps/s")
 
   def save_checkpoint(self, params, opt_state, path: Optional[pathlib.Path] = None) -> None:
     self.state.update(step=self.step, params=jax.tree_util.tree_map(np.asarray, params),
                       opt_state=jax.tree_util.tree_map(np.asarray, opt_state),
-                      stream=self.stream.state_dict(), curves=self.curves,
+                      streams=[s.state_dict() for s in self.streams], curves=self.curves,
                       train_time_s=self.t_train, eval_time_s=self.t_eval,
                       diverged_step=self.diverged_step)
     atomic_write_bytes(path or self.ckpt_path, pickle.dumps(self.state, protocol=4))
 
   def flush(self) -> Optional[int]:
-    """Fetch this run's pending losses; see `record`."""
+    """Fetch this seed's pending losses; see `record`."""
     if not self.pending:
       return None
     steps, losses = zip(*self.pending)
     self.pending.clear()
     return self.record(steps, jax.device_get(list(losses)))
 
-  def record(self, steps: Sequence[int], fetched: Sequence[Any]) -> Optional[int]:
-    """Log one window of fetched losses; returns the first non-finite step."""
+  def record(self, steps: Sequence[int], fetched: Sequence[Sequence[Any]]) -> Optional[int]:
+    """Log one window of fetched losses (per step, one per algorithm); returns
+    the first step with a non-finite loss of any algorithm."""
     bad = None
-    for s, l in zip(steps, fetched):
-      if not np.isfinite(float(l.total)) and bad is None:
+    for s, per_task in zip(steps, fetched):
+      if bad is None and not all(np.isfinite(float(l.total)) for l in per_task):
         bad = s
-    tr = self.curves["train"]
-    tr["step"].append(steps[-1])
-    for key, attr in [("loss", "total"), ("output_loss", "output"),
-                      ("hint_loss", "hint"), ("gate_penalty", "gate_penalty"),
-                      ("gate_term", "gate_term")]:
-      tr[key].append(float(np.mean([float(getattr(l, attr)) for l in fetched])))
+    for k, curves in enumerate(self.curves):
+      tr = curves["train"]
+      tr["step"].append(steps[-1])
+      for key, attr in [("loss", "total"), ("output_loss", "output"),
+                        ("hint_loss", "hint"), ("gate_penalty", "gate_penalty"),
+                        ("gate_term", "gate_term")]:
+        tr[key].append(float(np.mean([float(getattr(l[k], attr)) for l in fetched])))
     return bad
 
   def diverge(self, step: int) -> None:
     self.diverged_step = step
     log(f"{self.name}: non-finite loss at step {step}: run diverged")
 
-  def end(self, params, opt_state) -> Dict[str, Any]:
-    """After the loop: the result, or (stopped early on purpose) the checkpoint."""
+  def end(self, params, opt_state) -> List[Dict[str, Any]]:
+    """After the loop: the results, or (stopped early on purpose) the checkpoint."""
     if self.diverged_step is None and self.step < self.job.train_steps:
       # Interrupted on purpose (tests): leave the checkpoint, write no result.
       self.save_checkpoint(params, opt_state)
-      return {"status": "interrupted", "steps": self.step}
-    if self.job.save_final_state and self.diverged_step is None:
-      self.save_checkpoint(params, opt_state, self.out_dir / FINAL_STATE_NAME)
-    return self.finish()
+      return [{"status": "interrupted", "steps": self.step} for _ in self.job.tasks]
+    if self.diverged_step is None:
+      # Checkpointed at the end too: a kill while testing loses no training.
+      self.save_checkpoint(params, opt_state)
+      if self.job.save_final_state:
+        self.save_checkpoint(params, opt_state, self.out_dirs[0] / FINAL_STATE_NAME)
+    return self.finish(params, opt_state)
 
-  def finish(self) -> Dict[str, Any]:
-    """Score the best parameters on test; write result.json.
+  def finish(self, params=None, opt_state=None) -> List[Dict[str, Any]]:
+    """Score the best parameters on test; write one result.json per algorithm.
 
     A diverged run is tested too, on its best validation parameters (from
     before the divergence), and keeps its status: dm-clrs run.py never drops
-    a seed, so neither does the analysis.
+    a seed, so neither does the analysis.  Algorithm by algorithm, with a
+    checkpoint after each (given `params`): a kill keeps those tested.
     """
     job, state = self.job, self.state
-    train_time = self.t_train
-    eval_time = self.t_eval
-    test_res = None
+    tested = state.setdefault("test_results", {})
     if state["best_params"] is not None:
-      t0 = time.time()
-      test_res = evaluate_split(job.net, state["best_params"], job.test, 0,
-                                job.test_batch_size, with_hints=False,
-                                max_samples=job.test_max_samples)
-      eval_time += time.time() - t0
+      for task in job.tasks:
+        if task.algorithm in tested:
+          continue
+        t0 = time.time()
+        tested[task.algorithm] = evaluate_split(
+            job.net, state["best_params"], task.test, task.index, task.test_batch_size,
+            with_hints=False, max_samples=job.test_max_samples)
+        self.t_eval += time.time() - t0
+        if params is not None and len(job.tasks) > 1:
+          self.save_checkpoint(params, opt_state)
+    results = [self.result_of(task, tested.get(task.algorithm)) for task in job.tasks]
+    for task, out_dir, result in zip(job.tasks, self.out_dirs, results):
+      if state["best_params"] is not None:
+        # The best-validation parameters, kept: python -m nar_markov.evaluate <run dir>.
+        meta = {"algorithm": task.algorithm, "model": job.model, "seed": self.seed,
+                "step": state["best_step"], "val_score": state["best_scores"][task.index],
+                "test_score": result["test_score"], "lambda_gate": task.lam,
+                "nb_dims": job.net.nb_dims[task.index]}
+        if len(job.tasks) > 1:
+          meta.update(algorithms=[t.algorithm for t in job.tasks], nb_dims=job.net.nb_dims)
+        params_io.save_params(out_dir / PARAMS_NAME, state["best_params"],
+                              dataclasses.asdict(job.net.config), meta)
+      atomic_write_bytes(out_dir / RESULT_NAME,
+                         json.dumps(jsonable(result), indent=1).encode())
+    self.ckpt_path.unlink(missing_ok=True)  # only now: every result file is on disk
+    for out_dir, result in zip(self.out_dirs, results):
+      score = result["test_score"]
+      log(f"wrote {out_dir / RESULT_NAME}: status {result['status']}, test "
+          f"{score if score is None else round(score, 4)}")
+    return results
+
+  def result_of(self, task: _Task, test_res: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The result record of one algorithm (schema: nar_markov.runs)."""
+    job, state = self.job, self.state
     steps_done = self.step if self.diverged_step is None else self.diverged_step
+    has_best = state["best_params"] is not None
     result = {
         "schema": RESULT_SCHEMA,
         "model": job.model,
         "history": MODELS[job.model],
-        "algorithm": job.algorithm,
+        "algorithm": task.algorithm,
         "seed": self.seed,
         "status": "done" if self.diverged_step is None else "diverged",
         "steps": int(steps_done),
@@ -958,57 +1245,45 @@ class _SeedRun:
         "diverged_step": self.diverged_step,
         "test_score": None if test_res is None else test_res["score"],
         "test_scores": None if test_res is None else test_res["scores"],
-        "val_best": state["best_val"] if state["best_params"] is not None else None,
+        "val_best": state["best_scores"][task.index] if has_best else None,
         "val_best_step": state["best_step"],
-        "lambda_gate": job.lam,
-        "lambda_reading": (job.lambda_info or {}).get("reading"),
-        "penalty_start_step": job.penalty_start,
-        "lambda_calibration": (None if job.lambda_info is None else dict(
-            job.lambda_info, **({"continued_from": state["continued_from"]}
-                                if state.get("continued_from") else {}))),
-        "hidden_size": job.settings["hidden_size"],
-        "batch_size": job.settings["batch_size"],
-        "learning_rate": job.settings["learning_rate"],
-        "schedule_steps": job.settings["schedule_steps"],
-        "train_lengths": job.settings["train_lengths"],
+        "lambda_gate": task.lam,
+        "lambda_reading": (task.lambda_info or {}).get("reading"),
+        "penalty_start_step": task.penalty_start,
+        "lambda_calibration": (None if task.lambda_info is None else dict(
+            task.lambda_info, **({"continued_from": state["continued_from"]}
+                                 if state.get("continued_from") else {}))),
+        "hidden_size": task.settings["hidden_size"],
+        "batch_size": task.settings["batch_size"],
+        "learning_rate": task.settings["learning_rate"],
+        "schedule_steps": task.settings["schedule_steps"],
+        "train_lengths": task.settings["train_lengths"],
         "validation_mode": job.validation_mode,
-        "settings": job.settings,
-        "curves": self.curves,
-        "wall_time_s": train_time + eval_time,
-        "train_time_s": train_time,
-        "eval_time_s": eval_time,
-        "steps_per_s": steps_done / max(train_time, 1e-9),
+        "settings": task.settings,
+        "curves": self.curves[task.index],
+        "wall_time_s": self.t_train + self.t_eval,
+        "train_time_s": self.t_train,
+        "eval_time_s": self.t_eval,
+        "steps_per_s": steps_done / max(self.t_train, 1e-9),
         "versions": package_versions(),
         "device": devices.describe_backend(),
         "gin_config": job.gin_str,
     }
-    if state["best_params"] is not None:
-      # The best-validation parameters, kept: python -m nar_markov.evaluate <run dir>.
-      params_io.save_params(
-          self.out_dir / PARAMS_NAME, state["best_params"],
-          dataclasses.asdict(job.net.config),
-          {"algorithm": job.algorithm, "model": job.model, "seed": self.seed,
-           "step": state["best_step"], "val_score": state["best_val"],
-           "test_score": result["test_score"], "lambda_gate": job.lam,
-           "nb_dims": job.net.nb_dims[0]})
-    atomic_write_bytes(self.result_path, json.dumps(jsonable(result), indent=1).encode())
-    self.ckpt_path.unlink(missing_ok=True)
-    log(f"wrote {self.result_path}: status {result['status']}, test "
-        f"{result['test_score'] if result['test_score'] is None else round(result['test_score'], 4)}")
+    if job.multitask:
+      result.update(multitask_algorithms=[t.algorithm for t in job.tasks],
+                    multitask_update=job.multitask_update,
+                    multitask_val_mean_best=state["best_val"] if has_best else None)
     return result
 
 
-def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> Dict[str, Any]:
-  """One seed, `Model.train_step` (jitted per shape): the K = 1 path."""
+def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str, Any]]:
+  """One seed, `Model.train_step` (jitted per shape) per algorithm: the K = 1 path."""
   stop_at = job.stop_at(run.step)
   while run.step < stop_at and run.diverged_step is None:
-    feedback = next(run.stream)
+    feedbacks = [next(stream) for stream in run.streams]
     t0 = time.time()
-    # The step's rng depends on (seed, step) only, so resuming needs no rng
-    # state: fold_in(PRNGKey(seed + 1), step), one compiled function.
-    rng_key = job.net.step_key(run.seed, run.step)
-    params, opt_state, losses = job.net.train_step(params, opt_state, feedback,
-                                                   job.lambda_at(run.step), 0, rng_key)
+    params, opt_state, losses = job.train_step(run.seed, run.step, params, opt_state,
+                                               feedbacks)
     run.step += 1
     run.pending.append((run.step, losses))
     if job.flush_due(run.step, stop_at):
@@ -1076,7 +1351,7 @@ def stack_batches(feedbacks: Sequence[clrs.Feedback]):
   return stacked, max_length
 
 
-def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
+def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
   """K >= 2 seeds at the same step, one vmapped step for all (K-seed mode).
 
   `group`: (run, params, opt_state) per seed.  The cadence (log, eval,
@@ -1092,13 +1367,14 @@ def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
   vstep = make_vmapped_train_step(job.net)
   pending = []  # (step, stacked device-side losses) since the last flush
   results = {}
-  log(f"{job.model}/{job.algorithm}: training seeds {[r.seed for r in active]} "
+  log(f"{job.model}/{job.tasks[0].algorithm}: training seeds {[r.seed for r in active]} "
       f"together (one vmapped step) from step {step}")
   while step < stop_at and active:
-    feedbacks = [next(run.stream) for run in active]
+    feedbacks = [next(run.streams[0]) for run in active]
     t0 = time.time()
     batch, max_length = stack_batches(feedbacks)
-    params, opt_state, losses = vstep(params, opt_state, batch, job.lambda_at(step),
+    params, opt_state, losses = vstep(params, opt_state, batch,
+                                      job.lambda_at(job.tasks[0], step),
                                       job.net.step_keys([r.seed for r in active], step),
                                       max_length)
     step += 1
@@ -1108,7 +1384,7 @@ def _train_vmapped(job: _Job, group) -> Dict[int, Dict[str, Any]]:
       steps, stacked = zip(*pending)
       pending.clear()
       fetched = jax.device_get(list(stacked))
-      bad = [run.record(steps, [tree_index(l, i) for l in fetched])
+      bad = [run.record(steps, [[tree_index(l, i)] for l in fetched])
              for i, run in enumerate(active)]
     dt = time.time() - t0
     for run in active:
@@ -1156,14 +1432,37 @@ def empty_curves():
 
 
 def load_checkpoint(path: pathlib.Path):
+  """The state saved at `path` (None: no file, or cut short by a kill), in
+  this version's format (`upgrade_checkpoint`)."""
   if not path.exists():
     return None
   try:
     with open(path, "rb") as f:
-      return pickle.load(f)
+      state = pickle.load(f)
   except Exception as e:  # a checkpoint cut short by a kill: start over, loudly
     log(f"WARNING: unreadable checkpoint {path} ({e!r}); starting from step 0")
     return None
+  return upgrade_checkpoint(state, path)
+
+
+def upgrade_checkpoint(state: Dict[str, Any], path) -> Dict[str, Any]:
+  """A checkpoint of the single-task loop before the one loop (format 1: one
+  stream, one curves dict, one definition) in this version's format."""
+  if state.get("format") == CHECKPOINT_FORMAT:
+    return state
+  if "stream" not in state or "algorithms" in state:
+    raise ValueError(f"checkpoint {path} has an unknown format (an older multi-task "
+                     "job?); move it aside to train from step 0")
+  state = dict(state)
+  curves = state.pop("curves")
+  definition = state.pop("definition", None)
+  state.update(
+      format=CHECKPOINT_FORMAT, streams=[state.pop("stream")], curves=[curves],
+      algorithms=[definition["algorithm"] if definition else None],
+      definitions=None if definition is None else [definition],
+      best_scores=None if state.get("best_params") is None else [state["best_val"]],
+      test_results={})
+  return state
 
 
 def bindings_as_gin(configurable: str, arguments: Mapping[str, Any]) -> str:
@@ -1174,21 +1473,20 @@ def bindings_as_gin(configurable: str, arguments: Mapping[str, Any]) -> str:
 
 
 def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
-                 algorithm: str, seed: int, results_dir: str) -> str:
-  """Parse gin afresh in this process, run one experiment, return result path."""
+                 algorithms: Sequence[str], seeds: Sequence[int], results_dir: str,
+                 multitask: bool = False) -> List[str]:
+  """Parse gin afresh in this process, train one job, return its result paths.
+
+  One job: `seeds` of one algorithm (K-seed mode when K > 1), or with
+  `multitask` one processor on all `algorithms` for each seed.
+  """
   from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
   config_lib.parse_gin(gin_files, gin_params)
-  run_experiment(algorithm=algorithm, seed=int(seed), results_dir=results_dir)
+  algorithms, seeds = list(algorithms), [int(s) for s in seeds]
+  if not multitask and len(algorithms) != 1:
+    raise ValueError(f"a single-task job trains one algorithm, got {algorithms}")
+  run_experiment(algorithm=algorithms if multitask else algorithms[0], seed=seeds,
+                 results_dir=results_dir)
   model = gin.query_parameter("run_experiment.model")
-  return str(run_dir(results_dir, model, algorithm, seed) / RESULT_NAME)
-
-
-def run_seeds_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
-                       algorithm: str, seeds: Sequence[int], results_dir: str) -> List[str]:
-  """As `run_from_gin` for K seeds trained together (K-seed mode); their result paths."""
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  config_lib.parse_gin(gin_files, gin_params)
-  seeds = [int(s) for s in seeds]
-  run_experiment(algorithm=algorithm, seed=seeds, results_dir=results_dir)
-  model = gin.query_parameter("run_experiment.model")
-  return [str(run_dir(results_dir, model, algorithm, s) / RESULT_NAME) for s in seeds]
+  return [str(run_dir(results_dir, model, a, s) / RESULT_NAME)
+          for s in seeds for a in algorithms]

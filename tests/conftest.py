@@ -93,7 +93,8 @@ def write_result():
               "lambda_reading": None, "penalty_start_step": 0}
     if model.endswith("_multitask"):
       result["settings"] = dict(train.run_settings(algorithm, **MULTITASK_SETTINGS),
-                                multitask_algorithms=["bfs", "dfs"])
+                                multitask_algorithms=["bfs", "dfs"],
+                                multitask_update="per_algorithm")
     else:
       result["settings"] = train.run_settings(algorithm, **SMOKE_SETTINGS)
     result.update(fields)

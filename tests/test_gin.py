@@ -1,6 +1,7 @@
 """Every shipped gin file parses, and runs two steps at smoke size."""
 
 import pathlib
+import re
 
 import gin
 import pytest
@@ -31,13 +32,12 @@ def test_expected_files_are_shipped():
 @pytest.mark.parametrize("name", _shipped())
 def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_cache_dir):
   monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
-  if name == "multitask.gin":
-    from nar_markov import multitask  # pylint: disable=g-import-not-at-top
-    paths = multitask.run_multitask_from_gin(
+  if name == "multitask.gin":  # the same run_experiment: the same smoke bindings
+    paths = train.run_from_gin(
         [str(GIN_DIR / name), str(GIN_DIR / "smoke.gin")],
-        [b.replace("run_experiment.", "run_multitask_experiment.") for b in SMOKE]
-        + ["ALGORITHMS = ['bfs', 'insertion_sort']"],
-        seed=0, results_dir=str(tmp_path))
+        SMOKE + ["ALGORITHMS = ['bfs', 'insertion_sort']"],
+        algorithms=["bfs", "insertion_sort"], seeds=[0], results_dir=str(tmp_path),
+        multitask=True)
     assert len(paths) == 2 and all(pathlib.Path(p).exists() for p in paths)
     return
   files = [str(GIN_DIR / name)]
@@ -53,8 +53,8 @@ def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_ca
     # lambda from a calibration record by default (tests/test_calibrate.py);
     # here bound by hand, which the sweep and run_experiment also accept.
     params.append("run_experiment.lambda_gate = 0.01")
-  path = train.run_from_gin(files, params, algorithm=algorithm, seed=0,
-                            results_dir=str(tmp_path))
+  (path,) = train.run_from_gin(files, params, algorithms=[algorithm], seeds=[0],
+                               results_dir=str(tmp_path))
   result = pathlib.Path(path)
   assert result.exists() and (result.parent / "config.gin").exists()
   import json  # pylint: disable=g-import-not-at-top
@@ -62,6 +62,24 @@ def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_ca
   assert r["status"] == "done" and r["steps"] == 2
   assert data.check_algorithm(r["algorithm"]) == algorithm
   assert "run_experiment.model" in (result.parent / "config.gin").read_text()
+
+
+EXPERIMENTS = sorted(set(_shipped()) - OVERLAYS - {"base.gin"})
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_overlay_applies_to_every_experiment_file(experiment, overlay):
+  """An overlay's run_experiment bindings are what every experiment file, single-
+  or multi-task, trains with (they are all one configurable, run_experiment)."""
+  text = (GIN_DIR / overlay).read_text()
+  bound = re.findall(r"^run_experiment\.(\w+)\s*=", text, flags=re.M)
+  assert bound or overlay == "reduced1500.gin" or "slurm_resources" in text, overlay
+  config.parse_gin([f"gin/{experiment}", f"gin/{overlay}"], [])
+  with_overlay = {k: gin.query_parameter(f"run_experiment.{k}") for k in bound}
+  config.parse_gin([f"gin/{overlay}"], [])  # the overlay's own values
+  alone = {k: gin.query_parameter(f"run_experiment.{k}") for k in bound}
+  assert with_overlay == alone, (experiment, overlay)
 
 
 def test_includes_resolve_from_any_working_directory(tmp_path, monkeypatch):

@@ -112,8 +112,8 @@ def _on_disk(root, seed):
 def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
   # Through the sweep's entry point (gin), so the job path is what is tested.
   params = [f"run_experiment.{k}={v!r}" for k, v in TINY.items() if k != "model"]
-  paths = train.run_seeds_from_gin(
-      ["gin/gforget.gin"], params, algorithm=ALG, seeds=SEEDS, results_dir=str(tmp_path))
+  paths = train.run_from_gin(
+      ["gin/gforget.gin"], params, algorithms=[ALG], seeds=SEEDS, results_dir=str(tmp_path))
   assert paths == [str(train.run_dir(tmp_path, MODEL, ALG, s) / "result.json") for s in SEEDS]
   for s in SEEDS:
     got = _on_disk(tmp_path, s)
@@ -248,26 +248,32 @@ def test_job_groups_pack_up_to_k_seeds_of_one_algorithm(tmp_path):
   assert [(g[0].algorithm, [r.seed for r in g]) for g in groups] == [
       ("bfs", [0, 2]), ("bfs", [3, 4]), ("dfs", [0, 1]), ("dfs", [2, 3]), ("dfs", [4])]
   job, args = cluster.job_call(groups[-1])
-  assert isinstance(job, cluster.MultiSeedJob)
-  assert args == (list(runs[0].gin_files), list(runs[0].gin_params), "dfs", [4],
-                  str(tmp_path.resolve()))
-  # The default (gin/base.gin: SEEDS_PER_JOB = 1): one TrainJob per run.
+  assert isinstance(job, cluster.Job)
+  assert args == (cluster.TRAIN, dict(
+      gin_files=list(runs[0].gin_files), gin_params=list(runs[0].gin_params),
+      algorithms=["dfs"], seeds=[4], results_dir=str(tmp_path.resolve()), multitask=False))
+  assert cluster.job_call(groups[0])[1][1]["seeds"] == [0, 2]
+  # The default (gin/base.gin: SEEDS_PER_JOB = 1): one job per run.
   runs1 = cluster.expand_runs(["gin/forget.gin", "gin/smoke.gin"], ["SEEDS=[0,1]"],
                               str(tmp_path))
   assert [len(g) for g in cluster.job_groups(runs1)] == [1, 1, 1, 1]
-  assert isinstance(cluster.job_call(cluster.job_groups(runs1)[0])[0], cluster.TrainJob)
+  assert cluster.job_call(cluster.job_groups(runs1)[0])[1][1]["seeds"] == [0]
 
 
-def test_multi_seed_job_pickles_and_resubmits_the_same_call(monkeypatch):
+def test_the_job_pickles_calls_its_function_and_resubmits_the_same_call(monkeypatch):
   seen = []
-  monkeypatch.setattr(train, "run_seeds_from_gin",
-                      lambda files, params, *, algorithm, seeds, results_dir: seen.append(
-                          (files, params, algorithm, seeds, results_dir)) or ["x", "y"])
-  job = pickle.loads(pickle.dumps(cluster.MultiSeedJob()))
-  args = (["/abs/a.gin"], ["SEEDS_PER_JOB=2"], "bfs", [3, 5], "/abs/r")
-  assert job(*args) == ["x", "y"]
-  assert seen == [(["/abs/a.gin"], ["SEEDS_PER_JOB=2"], "bfs", [3, 5], "/abs/r")]
-  assert job.checkpoint(*args).args == args
+  monkeypatch.setattr(train, "run_from_gin",
+                      lambda gin_files, gin_params, **kwargs: seen.append(
+                          (gin_files, gin_params, kwargs))
+                      or ["x", "y"])
+  job = pickle.loads(pickle.dumps(cluster.Job()))
+  kwargs = dict(gin_files=["/abs/a.gin"], gin_params=["SEEDS_PER_JOB=2"],
+                algorithms=["bfs"], seeds=[3, 5], results_dir="/abs/r", multitask=False)
+  assert job(cluster.TRAIN, kwargs) == ["x", "y"]
+  assert seen == [(["/abs/a.gin"], ["SEEDS_PER_JOB=2"], dict(
+      algorithms=["bfs"], seeds=[3, 5], results_dir="/abs/r", multitask=False))]
+  delayed = job.checkpoint(cluster.TRAIN, kwargs)
+  assert delayed.function is job and delayed.args == (cluster.TRAIN, kwargs)
 
 
 def test_dry_run_lists_the_k_seed_jobs(write_result, tmp_path, fake_slurm, capsys):
@@ -316,21 +322,24 @@ def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_slurm, capsys):
   # What each array task will call: submitit's pickled (function, args).
   with open(results / "_logs" / "4242_2" / "4242_2_submitted.pkl", "rb") as f:
     delayed = pickle.load(f)
-  assert isinstance(delayed.function, cluster.MultiSeedJob)
-  assert delayed.args[2:] == ("insertion_sort", [0, 1], str(results.resolve()))
+  assert isinstance(delayed.function, cluster.Job) and delayed.args[0] == cluster.TRAIN
+  kwargs = delayed.args[1]
+  assert (kwargs["algorithms"], kwargs["seeds"], kwargs["results_dir"]) == (
+      ["insertion_sort"], [0, 1], str(results.resolve()))
 
 
 def test_debug_cluster_runs_each_k_seed_job_once(write_result, tmp_path, monkeypatch, capsys):
   calls = []
 
-  def fake(gin_files, gin_params, *, algorithm, seeds, results_dir):
+  def fake(gin_files, gin_params, *, algorithms, seeds, results_dir, multitask):
+    (algorithm,) = algorithms
     calls.append((algorithm, list(seeds)))
     for s in seeds:
       write_result(results_dir, "baseline", algorithm, s, test_score=0.25 * s)
     return [str(train.run_dir(results_dir, "baseline", algorithm, s) / "result.json")
             for s in seeds]
 
-  monkeypatch.setattr(train, "run_seeds_from_gin", fake)
+  monkeypatch.setattr(train, "run_from_gin", fake)
   results = tmp_path / "results"
   write_result(results, "baseline", "bfs", 0)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=3",

@@ -1,20 +1,24 @@
-"""One processor for many algorithms (paper App. "Multi-task experiments")."""
+"""One processor for many algorithms (paper App. "Multi-task experiments"), in the one loop.
+
+Single-task is multi-task with a list of one (dm-clrs run.py); the multi-task rule is
+run.py's: one clipped Adam update per algorithm per step, other algorithms' modules untouched.
+"""
 
 import json
-import pathlib
 import pickle
 import re
 
 import gin
 import jax
 import numpy as np
+import optax
 import pytest
 
 from nar_markov import config as config_lib
 from nar_markov import data
 from nar_markov import devices
 from nar_markov import model as model_lib
-from nar_markov import multitask
+from nar_markov import runs as runs_lib
 from nar_markov import train
 
 ALGORITHMS = ("naive_string_matcher", "bfs", "insertion_sort")
@@ -23,7 +27,7 @@ LAMBDAS = {"naive_string_matcher": 0.01, "bfs": 0.05, "insertion_sort": 0.0}
 # give it 8 nodes, too few for run.py's needle of up to 8 characters.
 LENGTHS = {"naive_string_matcher": [16], "bfs": [4, 7], "insertion_sort": [4, 7]}
 STEPS = 24
-TINY = dict(algorithms=ALGORITHMS, seed=1, model="gforget_multitask",
+TINY = dict(algorithm=ALGORITHMS, seed=1, model="gforget_multitask",
             train_steps=STEPS, lambda_gate=LAMBDAS, train_lengths=LENGTHS,
             hidden_size=16, nb_triplet_fts=4, batch_size=8, learning_rate=3e-3,
             eval_every_steps=12, log_every_steps=2, checkpoint_every_steps=6,
@@ -31,6 +35,9 @@ TINY = dict(algorithms=ALGORITHMS, seed=1, model="gforget_multitask",
             # The same val samples at every evaluation, so that the hint loss
             # curve below compares like with like.
             validation_mode="fixed")
+ONE = dict(hidden_size=8, nb_triplet_fts=4, batch_size=4, train_lengths=[4, 7],
+           train_steps=6, eval_every_steps=3, log_every_steps=1, checkpoint_every_steps=3,
+           val_max_samples=4, test_max_samples=4, progress=False)
 
 
 @pytest.fixture(autouse=True)
@@ -43,18 +50,28 @@ def _load(path):
     return pickle.load(f)
 
 
+def _job_ckpt(root, model, seed):
+  return runs_lib.multitask_job_dir(root, model, seed) / train.CHECKPOINT_NAME
+
+
+def _adam_count(opt_state):
+  (count,) = {int(np.asarray(s.count)) for s in jax.tree_util.tree_leaves(
+      opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
+              if isinstance(s, optax.ScaleByAdamState)}
+  return count
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_cache_dir):
   """Run a: stopped at step 10, then resumed to the end; run b: in one go."""
   a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
-  ckpt = multitask.job_dir(a, "gforget_multitask", 1) / train.CHECKPOINT_NAME
+  ckpt = _job_ckpt(a, "gforget_multitask", 1)
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
-    stopped = multitask.run_multitask_experiment(results_dir=str(a),
-                                                 stop_after_steps=10, **TINY)
+    stopped = train.run_experiment(results_dir=str(a), stop_after_steps=10, **TINY)
     at_10 = _load(ckpt)
-    results_a = multitask.run_multitask_experiment(results_dir=str(a), **TINY)
-    results_b = multitask.run_multitask_experiment(results_dir=str(b), **TINY)
+    results_a = train.run_experiment(results_dir=str(a), **TINY)
+    results_b = train.run_experiment(results_dir=str(b), **TINY)
   return dict(a=a, b=b, stopped=stopped, at_10=at_10, results_a=results_a,
               results_b=results_b, ckpt=ckpt)
 
@@ -78,16 +95,77 @@ def test_one_processor_per_algorithm_encoders_and_decoders(runs):
   assert not any(m.startswith(("algo_0_pi_", "algo_2_pi_")) for m in per_algorithm)
 
 
-def test_each_stream_keeps_its_own_lengths_in_the_run(runs):
+def test_one_update_per_algorithm_per_step(runs):
+  """run.py: 10 steps of 3 algorithms are 30 Adam updates, one batch of each per step."""
   stopped, at_10 = runs["stopped"], runs["at_10"]
   assert stopped == {alg: {"status": "interrupted", "steps": 10} for alg in ALGORITHMS}
   assert at_10["step"] == 10 and at_10["algorithms"] == list(ALGORITHMS)
+  assert _adam_count(at_10["opt_state"]) == 30
   streams = {s["algorithm"]: s for s in at_10["streams"]}
   assert streams["naive_string_matcher"]["lengths"] == [20]
   assert streams["bfs"]["lengths"] == [4, 7]
   assert streams["insertion_sort"]["lengths"] == [4, 7]
-  # One batch of every algorithm per step.
   assert [s["batches_drawn"] for s in at_10["streams"]] == [10, 10, 10]
+
+
+def test_summed_update_is_one_update_per_step(tmp_path):
+  train.run_experiment(algorithm=["minimum", "bfs"], seed=0, model="forget_multitask",
+                       results_dir=str(tmp_path), multitask_update="summed",
+                       stop_after_steps=4, **ONE)
+  state = _load(_job_ckpt(tmp_path, "forget_multitask", 0))
+  assert state["step"] == 4 and _adam_count(state["opt_state"]) == 4
+  assert state["definitions"][0]["settings"]["multitask_update"] == "summed"
+
+
+def test_an_update_leaves_the_other_algorithms_modules_untouched():
+  """dm-clrs filter_null_grads: bfs's update moves the processor and bfs's own
+  encoders/decoders; minimum's, and their Adam moments, keep their values."""
+  algorithms = ["minimum", "bfs"]
+  streams = [data.TrainStream(a, seed=0, batch_size=4, lengths=(4,)) for a in algorithms]
+  batches = [next(s) for s in streams]
+  config = model_lib.NetConfig(hidden_size=8, history="none", nb_triplet_fts=4)
+  net = train.Model([s.spec for s in streams], [model_lib.nb_dims_of(b) for b in batches],
+                    config, train.make_optimizer(1e-2, 10, 1.0))
+  params, opt = net.init_state(0, [b.features for b in batches])
+  # One update of minimum first, so that its Adam moments are not zero.
+  params, opt, _ = net.train_step(params, opt, batches[0], np.float32(0), 0,
+                                  net.step_key(0, 0))
+  before_p, before_o = jax.device_get((params, opt))
+  params, opt, _ = net.train_step(params, opt, batches[1], np.float32(0), 1,
+                                  net.step_key(0, 1))
+  after_p, after_o = jax.device_get((params, opt))
+  moved = {m: any(not np.array_equal(before_p[m][k], after_p[m][k]) for k in after_p[m])
+           for m in after_p}
+  assert moved and all(moved[m] == ("algo_0_" not in m) for m in moved
+                       if "algo_" in m or "processor" in m), moved
+  assert any(v for m, v in moved.items() if "processor" in m)
+  adam = [s for s in before_o if isinstance(s, optax.ScaleByAdamState)][0]
+  adam_after = [s for s in after_o if isinstance(s, optax.ScaleByAdamState)][0]
+  for m in after_p:
+    if "algo_0_" in m:
+      for k in after_p[m]:
+        np.testing.assert_array_equal(adam.mu[m][k], adam_after.mu[m][k])
+        np.testing.assert_array_equal(adam.nu[m][k], adam_after.nu[m][k])
+  assert int(adam_after.count) == int(adam.count) + 1  # global, as in dm-clrs
+
+
+def test_single_task_is_multi_task_with_a_list_of_one(tmp_path):
+  """The same numbers: curves, best step, test score (one loop)."""
+  single = train.run_experiment(algorithm="bfs", seed=2, model="forget",
+                                results_dir=str(tmp_path), **ONE)
+  (multi,) = train.run_experiment(algorithm=["bfs"], seed=[2], model="forget_multitask",
+                                  results_dir=str(tmp_path), **ONE)
+  multi = multi["bfs"]
+  assert single["curves"] == multi["curves"]
+  for key in ("test_score", "test_scores", "val_best", "val_best_step", "steps", "settings"):
+    if key == "settings":
+      assert {k: v for k, v in multi[key].items() if not k.startswith("multitask")} == \
+          single[key]
+    else:
+      assert single[key] == multi[key], key
+  assert multi["multitask_algorithms"] == ["bfs"]
+  assert multi["multitask_update"] == "per_algorithm"
+  assert "multitask_algorithms" not in single
 
 
 def test_every_algorithm_learns_and_gets_its_result(runs):
@@ -102,10 +180,10 @@ def test_every_algorithm_learns_and_gets_its_result(runs):
         "gforget_multitask", "gated", alg)
     assert on_disk["status"] == "done" and on_disk["steps"] == STEPS
     assert on_disk["multitask_algorithms"] == list(ALGORITHMS)
-    assert on_disk["train_lengths"] == LENGTHS[alg]
+    # As a single-task run records them: the string matcher's rule applied.
+    assert on_disk["train_lengths"] == ([20] if alg == "naive_string_matcher" else LENGTHS[alg])
     assert on_disk["lambda_gate"] == LAMBDAS[alg]
     assert on_disk["device"] == devices.describe_backend()
-    assert 0.0 <= on_disk["test_score"] <= 1.0
     assert (path.parent / "config.gin").exists()
     curves = on_disk["curves"]
     assert curves["val"]["step"] == [0, 12, 24]
@@ -143,29 +221,30 @@ def test_resume_is_exact(runs):
     assert ra["val_best_step"] == rb["val_best_step"]
 
 
-def test_finished_job_is_not_run_again(runs, tmp_path):
-  again = multitask.run_multitask_experiment(results_dir=str(runs["a"]), **TINY)
+def test_finished_job_is_not_run_again(runs):
+  again = train.run_experiment(results_dir=str(runs["a"]), **TINY)
   assert again == json.loads(json.dumps(train.jsonable(runs["results_a"])))
-  other = dict(TINY, algorithms=("bfs", "insertion_sort"))
+  other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="other settings.*multitask_algorithms: result "
                      r"\['naive_string_matcher', 'bfs', 'insertion_sort'\], this run "
                      r"\['bfs', 'insertion_sort'\]"):
-    multitask.run_multitask_experiment(results_dir=str(runs["a"]), **other)
+    train.run_experiment(results_dir=str(runs["a"]), **other)
 
 
 def test_checkpoint_of_other_algorithms_is_refused(runs, tmp_path):
-  ckpt = multitask.job_dir(tmp_path, "gforget_multitask", 1) / train.CHECKPOINT_NAME
+  ckpt = _job_ckpt(tmp_path, "gforget_multitask", 1)
   train.atomic_write_bytes(ckpt, pickle.dumps(runs["at_10"]))
-  other = dict(TINY, algorithms=("bfs", "insertion_sort"))
+  other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="checkpoint .* is for algorithms"):
-    multitask.run_multitask_experiment(results_dir=str(tmp_path), **other)
+    train.run_experiment(results_dir=str(tmp_path), **other)
 
 
 def test_settings_never_leak_between_algorithms():
   """dm-clrs run.py gives every algorithm after a string matcher its 20 nodes."""
   algorithms = ["naive_string_matcher", "articulation_points", "bfs"]
-  streams = multitask.make_train_streams(algorithms, seed=0, batch_size=4,
-                                         train_lengths=(4, 7, 16))
+  streams = [data.TrainStream(a, seed=train.stream_seed(0, a, algorithms), batch_size=4,
+                              lengths=train.resolve_train_lengths((4, 7, 16), a))
+             for a in algorithms]
   batches = {s.algorithm: [next(s) for _ in range(3)] for s in streams}
   nodes = {alg: [data.nb_nodes_of(b) for b in bs] for alg, bs in batches.items()}
   assert nodes == {"naive_string_matcher": [20, 20, 20],
@@ -177,14 +256,11 @@ def test_settings_never_leak_between_algorithms():
   np.testing.assert_allclose(kwargs["articulation_points"].pop("p"),
                              np.array(full_p) / 2)  # run.py halves p for it only
   assert kwargs["bfs"] == kwargs["articulation_points"] == {"length": 4}
-  # A stream depends on (seed, algorithm) only, not on its neighbours or order.
-  alone = multitask.make_train_streams(["bfs"], seed=0, batch_size=4,
-                                       train_lengths=(4, 7, 16))[0]
-  assert alone.seed == streams[2].seed != streams[1].seed
-  for x in batches["bfs"]:
-    y = next(alone)
-    for p, q in zip(jax.tree_util.tree_leaves(y), jax.tree_util.tree_leaves(x)):
-      np.testing.assert_array_equal(p, q)
+  # A stream depends on (seed, algorithm) only, not on its neighbours or order;
+  # alone (single-task), an algorithm's stream is seeded with the run's seed.
+  assert train.stream_seed(0, "bfs", ["bfs", "dfs"]) == train.stream_seed(
+      0, "bfs", ["dfs", "minimum", "bfs"]) != train.stream_seed(0, "dfs", ["bfs", "dfs"])
+  assert train.stream_seed(7, "bfs", ["bfs"]) == 7
 
 
 def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, monkeypatch):
@@ -197,8 +273,8 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
     return losses
 
   monkeypatch.setattr(model_lib, "compute_losses", poisoned)
-  results = multitask.run_multitask_experiment(
-      algorithms=["minimum", "bfs"], seed=0, model="baseline_multitask",
+  results = train.run_experiment(
+      algorithm=["minimum", "bfs"], seed=0, model="baseline_multitask",
       results_dir=str(tmp_path), train_steps=4, hidden_size=8, nb_triplet_fts=4,
       batch_size=4, train_lengths=[4], eval_every_steps=2, log_every_steps=1,
       checkpoint_every_steps=1, val_max_samples=4, test_max_samples=4,
@@ -210,57 +286,49 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
     assert on_disk["status"] == "diverged" and on_disk["diverged_step"] == 1
     # Tested on its best (step 0) parameters, as run.py never drops a seed.
     assert on_disk["steps"] == 1 and on_disk["test_score"] is not None
-  assert not (multitask.job_dir(tmp_path, "baseline_multitask", 0)
-              / train.CHECKPOINT_NAME).exists()
+  assert not _job_ckpt(tmp_path, "baseline_multitask", 0).exists()
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(algorithms=["bfs", "bogo_sort"]), "unknown algorithm 'bogo_sort'"),
-    (dict(algorithms=[]), "algorithms is empty"),
-    (dict(algorithms=["bfs", "dfs", "bfs"]), r"duplicate algorithms \['bfs'\]"),
-    (dict(algorithms="bfs"), "list of names"),
+    (dict(algorithm=["bfs", "bogo_sort"]), "unknown algorithm 'bogo_sort'"),
+    (dict(algorithm=[]), "empty list"),
+    (dict(algorithm=["bfs", "dfs", "bfs"]), r"duplicate algorithms \['bfs'\]"),
     (dict(model="forget"), "'forget_multitask'"),
-    (dict(model="transformer"), "unknown multi-task model"),
-    (dict(model="gforget_multitask", lambda_gate={"bfs": 0.1}), "calibration"),
+    (dict(model="transformer"), "unknown model"),
+    (dict(model="gforget_multitask"), "lambda_gate bound by hand"),
+    (dict(model="gforget_multitask", lambda_gate={"bfs": 0.1}), "no value for 'dfs'"),
     (dict(train_lengths={"bfs": [4]}), "no entry for 'dfs'"),
-    (dict(algorithms=["kmp_matcher"], train_lengths=[4, 7]), "needs >= 17"),
+    (dict(algorithm=["kmp_matcher", "bfs"], train_lengths=[4, 7]), "needs >= 17"),
     (dict(hidden_size=0), "hidden_size must be > 0"),
+    (dict(multitask_update="mean"), "unknown multitask_update 'mean'"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
-  args = dict(algorithms=["bfs", "dfs"], seed=0, model="forget_multitask",
+  args = dict(algorithm=["bfs", "dfs"], seed=0, model="forget_multitask",
               results_dir=str(tmp_path))
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
-    multitask.run_multitask_experiment(**args)
+    train.run_experiment(**args)
   assert not any(tmp_path.iterdir())
 
 
-def _bound_keys(gin_text, configurable):
-  return re.findall(rf"^{configurable}\.(\w+)\s*=", gin_text, flags=re.M)
-
-
-def test_multitask_gin_mirrors_the_single_task_protocol():
+def test_multitask_gin_is_base_gin_plus_the_label():
+  """No hand-copied protocol: multi-task reads base.gin's run_experiment bindings."""
   config_lib.parse_gin(["gin/multitask.gin"], [])
-  assert gin.query_parameter("run_multitask_experiment.model") == "forget_multitask"
-  assert sorted(gin.query_parameter("%ALGORITHMS")) == sorted(data.ALGORITHMS)
-  base = (config_lib.GIN_DIR / "base.gin").read_text()
+  assert gin.query_parameter("run_experiment.model") == "forget_multitask"
+  assert gin.query_parameter("%MULTITASK") is True
+  assert gin.query_parameter("run_experiment.multitask_update") == "per_algorithm"
   mine = (config_lib.GIN_DIR / "multitask.gin").read_text()
-  assert re.search(r"^run_multitask_experiment\.algorithms = %ALGORITHMS$", mine, re.M)
-  protocol = _bound_keys(base, "run_experiment")
-  assert len(protocol) >= 10 and set(protocol) <= set(_bound_keys(mine, "run_multitask_experiment"))
-  for key in protocol:
-    assert (gin.query_parameter(f"run_multitask_experiment.{key}")
-            == gin.query_parameter(f"run_experiment.{key}")), key
+  assert set(re.findall(r"^run_experiment\.(\w+)\s*=", mine, flags=re.M)) == {
+      "model", "multitask_update"}
 
 
 class _Killed(Exception):
   pass
 
 
-def test_run_multitask_from_gin_survives_a_kill_during_testing(tmp_path, monkeypatch):
-  """gin/multitask.gin runs; a job killed while testing keeps what it tested."""
-  overrides = ["ALGORITHMS=['minimum', 'bfs']"] + [
-      f"run_multitask_experiment.{k}={v}" for k, v in [
+def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch):
+  params = ["ALGORITHMS=['minimum', 'bfs']"] + [
+      f"run_experiment.{k}={v}" for k, v in [
           ("hidden_size", 8), ("nb_triplet_fts", 4), ("batch_size", 4),
           ("train_lengths", [4]), ("train_steps", 2), ("eval_every_steps", 2),
           ("log_every_steps", 1), ("checkpoint_every_steps", 1),
@@ -277,47 +345,20 @@ def test_run_multitask_from_gin_survives_a_kill_during_testing(tmp_path, monkeyp
                 **kwargs)
 
   monkeypatch.setattr(train, "evaluate_split", evaluate_split)
+  job = dict(algorithms=["minimum", "bfs"], seeds=[2], results_dir=str(tmp_path),
+             multitask=True)
   with pytest.raises(_Killed):
-    multitask.run_multitask_from_gin(["gin/multitask.gin"], overrides, seed=2,
-                                     results_dir=str(tmp_path))
-  ckpt = _load(multitask.job_dir(tmp_path, "forget_multitask", 2) / train.CHECKPOINT_NAME)
+    train.run_from_gin(["gin/multitask.gin"], params, **job)
+  ckpt = _load(_job_ckpt(tmp_path, "forget_multitask", 2))
   assert ckpt["step"] == 2 and list(ckpt["test_results"]) == ["minimum"]
-  paths = multitask.run_multitask_from_gin(["gin/multitask.gin"], overrides, seed=2,
-                                           results_dir=str(tmp_path))
+  paths = train.run_from_gin(["gin/multitask.gin"], params, **job)
   assert tested == [0, 1, 1]  # minimum is not tested again
   assert paths == [str(tmp_path / "forget_multitask" / alg / "seed2" / "result.json")
                    for alg in ("minimum", "bfs")]
   for path in paths:
     result = json.loads(open(path).read())
     assert result["steps"] == 2 and result["multitask_algorithms"] == ["minimum", "bfs"]
-    assert "run_multitask_experiment.model = 'forget_multitask'" in result["gin_config"]
+    assert "run_experiment.model = 'forget_multitask'" in result["gin_config"]
     assert max(result["curves"]["val"]["hidden_norm"]) == 0.0  # ForgetNet, Eq. 3
   assert json.loads(open(paths[0]).read())["test_score"] == ckpt["test_results"]["minimum"]["score"]
-  assert not (multitask.job_dir(tmp_path, "forget_multitask", 2) / train.CHECKPOINT_NAME).exists()
-
-
-def test_cli_as_module_parses_gin_unambiguously(tmp_path, data_cache_dir):
-  """`python -m nar_markov.multitask` must not register its configurable twice
-  (__main__.* and nar_markov.multitask.*): gin would call every binding ambiguous."""
-  import os
-  import subprocess
-  import sys
-  params = ["run_multitask_experiment.algorithms=['bfs']",
-            "run_multitask_experiment.hidden_size=8",
-            "run_multitask_experiment.nb_triplet_fts=2",
-            "run_multitask_experiment.batch_size=4",
-            "run_multitask_experiment.train_lengths=[4]",
-            "run_multitask_experiment.train_steps=2",
-            "run_multitask_experiment.eval_every_steps=2",
-            "run_multitask_experiment.val_max_samples=4",
-            "run_multitask_experiment.test_max_samples=4"]
-  cmd = [sys.executable, "-m", "nar_markov.multitask", "--gin", "gin/multitask.gin",
-         "--seed", "0", "--results", str(tmp_path)]
-  for p in params:
-    cmd += ["--gin_param", p]
-  env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir),
-             NAR_MARKOV_JAX_CACHE=str(data_cache_dir / "jax"))
-  proc = subprocess.run(cmd, cwd=str(pathlib.Path(__file__).resolve().parents[1]),
-                        capture_output=True, text=True, env=env, timeout=900, check=False)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  assert (tmp_path / "forget_multitask" / "bfs" / "seed0" / "result.json").exists()
+  assert not _job_ckpt(tmp_path, "forget_multitask", 2).exists()

@@ -286,7 +286,7 @@ def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
                               **common)["status"] == "interrupted"
   ckpt = _result_path(tmp_path).parent / "checkpoint.pkl"
   saved = ckpt.read_bytes()
-  assert pickle.loads(saved)["definition"]["settings"]["train_steps"] == 20
+  assert pickle.loads(saved)["definitions"][0]["settings"]["train_steps"] == 20
   # Was: finished "done" with steps 5 > train_steps 3.
   with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.pkl was written with "
                      r"train_steps=20, schedule_steps=20; this run has train_steps=3, "

@@ -5,7 +5,7 @@
   * `--cluster local` writes the same result files (same numbers: training on
     CPU is deterministic);
   * a job requeued mid-run (`scontrol requeue`) and a preempted one (submitit's
-    USR2 -> TrainJob.checkpoint() -> requeue) resume from their checkpoints
+    USR2 -> Job.checkpoint() -> requeue) resume from their checkpoints
     and finish with the full step count;
   * two sweeps started at once on one results folder (Slurm and local) train
     each run once.
@@ -302,7 +302,7 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
     with open(ckpt[0], "rb") as f:
       requeued_at_step = pickle.load(f)["step"]
     # seed 1: preempted -- submitit's own signal, as before a timeout: it calls
-    # TrainJob.checkpoint() and requeues itself.
+    # Job.checkpoint() and requeues itself.
     subprocess.run(["scancel", "--signal=USR2", jobs[1]["job_id"]], check=True)
     _wait_pending(pids[1], signal.SIGUSR2)
     os.kill(pids[1], signal.SIGCONT)

@@ -43,9 +43,9 @@ def test_expand_runs_is_model_x_algorithms_x_seeds(tmp_path):
                                str(REPO_ROOT / "gin/smoke.gin"))
   assert runs[0].results_dir == str(tmp_path.resolve())
   assert runs[4].run_dir == tmp_path.resolve() / "forget" / "dfs" / "seed1"
-  assert runs[4].job_args() == (
-      list(runs[0].gin_files), ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2]"],
-      "dfs", 1, str(tmp_path.resolve()))
+  assert cluster.job_call([runs[4]])[1] == (cluster.TRAIN, dict(
+      gin_files=list(runs[0].gin_files), gin_params=["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2]"],
+      algorithms=["dfs"], seeds=[1], results_dir=str(tmp_path.resolve()), multitask=False))
 
 
 def test_base_gin_sweeps_all_30_algorithms_and_10_seeds(tmp_path):
@@ -67,9 +67,10 @@ def test_slurm_resources_come_from_gin(tmp_path):
   assert res["slurm_additional_parameters"] == {"requeue": True}
 
 
-def test_train_job_pickles_and_checkpoint_resubmits_the_same_call():
-  job = cluster.TrainJob()
-  args = (["/abs/a.gin"], ["SEEDS=[0]"], "bfs", 3, "/abs/results")
+def test_the_job_pickles_and_checkpoint_resubmits_the_same_call():
+  job = cluster.Job()
+  args = (cluster.CALIBRATE, dict(gin_files=["/abs/a.gin"], gin_params=["SEEDS=[0]"],
+                                  algorithm="bfs", results_dir="/abs/results"))
   clone = pickle.loads(pickle.dumps(job))
   delayed = clone.checkpoint(*args)
   assert delayed.function is clone
@@ -101,7 +102,7 @@ def test_train_job_pickles_and_checkpoint_resubmits_the_same_call():
     (SMOKE + ["--gin_param", "slurm_resources.cpus_per_task='x'"],
      "slurm_resources.cpus_per_task must be an int >= 1, got 'x'"),
     (["--gin", "gin/multitask.gin", "--gin_param", "ALGORITHMS=['bfs','bfs']"],
-     "multi-task sweep:"),
+     "ALGORITHMS has duplicates: ['bfs', 'bfs']"),
     (SMOKE + ["--gin_param", "slurm_resources.timeout_min=2"],
      "slurm_resources.timeout_min must be an int >= 5, got 2"),
     ([], "no gin file given"),
@@ -237,10 +238,13 @@ def test_debug_cluster_runs_in_process(write_result, tmp_path, monkeypatch, caps
   from nar_markov import train
   calls = []
 
-  def fake_run_from_gin(gin_files, gin_params, *, algorithm, seed, results_dir):
+  def fake_run_from_gin(gin_files, gin_params, *, algorithms, seeds, results_dir,
+                        multitask):
+    ((algorithm,), (seed,)) = algorithms, seeds
+    assert not multitask
     calls.append((algorithm, seed))
     write_result(results_dir, "baseline", algorithm, seed, test_score=0.25 * seed)
-    return str(train.run_dir(results_dir, "baseline", algorithm, seed) / "result.json")
+    return [str(train.run_dir(results_dir, "baseline", algorithm, seed) / "result.json")]
 
   monkeypatch.setattr(train, "run_from_gin", fake_run_from_gin)
   results = tmp_path / "results"
@@ -280,24 +284,38 @@ def test_multitask_sweep_is_one_job_per_seed(tmp_path, fake_slurm, capsys):
       ("bfs", 0, "4242_0"), ("dfs", 0, "4242_0"), ("bfs", 1, "4242_1"), ("dfs", 1, "4242_1")]
 
 
-def test_multitask_job_pickles_and_calls_the_multitask_runner(monkeypatch):
-  from nar_markov import multitask
-  seen = []
-  monkeypatch.setattr(multitask, "run_multitask_from_gin",
-                      lambda files, params, *, seed, results_dir: seen.append(
-                          (files, params, seed, results_dir)) or ["x"])
-  job = pickle.loads(pickle.dumps(cluster.MultitaskJob()))
-  assert job(["a.gin"], ["SEEDS=[1]"], 1, "/r") == ["x"]
-  assert seen == [(["a.gin"], ["SEEDS=[1]"], 1, "/r")]
-  delayed = job.checkpoint(["a.gin"], ["SEEDS=[1]"], 1, "/r")
-  assert delayed.args == (["a.gin"], ["SEEDS=[1]"], 1, "/r")
+def test_multitask_job_trains_all_algorithms_of_its_seed(tmp_path):
+  runs = cluster.expand_runs(["gin/multitask.gin"], ["ALGORITHMS=['bfs','dfs']",
+                                                     "SEEDS=[0,1]"], str(tmp_path))
+  assert [(r.model, r.algorithm, r.seed) for r in runs] == [
+      ("forget_multitask", "bfs", 0), ("forget_multitask", "dfs", 0),
+      ("forget_multitask", "bfs", 1), ("forget_multitask", "dfs", 1)]
+  groups = cluster.job_groups(runs[1:])  # bfs/seed0 done: its job still trains both
+  assert [[r.name for r in g] for g in groups] == [
+      ["forget_multitask/dfs/seed0"], ["forget_multitask/bfs/seed1", "forget_multitask/dfs/seed1"]]
+  job, (function, kwargs) = cluster.job_call(groups[0])
+  assert isinstance(job, cluster.Job) and function == cluster.TRAIN
+  assert (kwargs["algorithms"], kwargs["seeds"], kwargs["multitask"]) == (["bfs", "dfs"], [0], True)
+
+
+@pytest.mark.parametrize("params, match", [
+    (["run_experiment.model='forget'"], "MULTITASK = True but run_experiment.model = 'forget'"),
+    (["SEEDS_PER_JOB=2"], "not supported for multi-task sweeps"),
+    (["run_experiment.model='gforget_multitask'"], "lambda_gate bound by hand"),
+])
+def test_bad_multitask_sweeps_are_refused(tmp_path, params, match):
+  with pytest.raises(ValueError, match=match):
+    cluster.expand_runs(["gin/multitask.gin"], ["ALGORITHMS=['bfs','dfs']"] + params,
+                        str(tmp_path))
 
 
 def test_multitask_debug_sweep_skips_done_seeds(write_result, tmp_path, monkeypatch, capsys):
-  from nar_markov import multitask, train
+  from nar_markov import train
   calls = []
 
-  def fake(gin_files, gin_params, *, seed, results_dir):
+  def fake(gin_files, gin_params, *, algorithms, seeds, results_dir, multitask):
+    assert multitask and algorithms == ["bfs", "dfs"]
+    (seed,) = seeds
     calls.append(seed)
     paths = []
     for alg in ("bfs", "dfs"):
@@ -306,7 +324,7 @@ def test_multitask_debug_sweep_skips_done_seeds(write_result, tmp_path, monkeypa
                        / "result.json"))
     return paths
 
-  monkeypatch.setattr(multitask, "run_multitask_from_gin", fake)
+  monkeypatch.setattr(train, "run_from_gin", fake)
   results = tmp_path / "results"
   write_result(results, "forget_multitask", "bfs", 0)
   write_result(results, "forget_multitask", "dfs", 0)
