@@ -27,7 +27,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import pickle
 import re
 import shutil
 import socket
@@ -166,17 +165,27 @@ def local_job_alive(job_id: str) -> bool:
   return b"submitit" in cmdline
 
 
+# submitit's own log lines (submitit/core/submission.py) when a job ends; on an
+# exception Python then prints the traceback below them.
+_SUBMITIT_SUCCESS = "Job completed successfully"
+_SUBMITIT_ERROR = "Submitted job triggered an exception"
+
+
 def _submitit_outcome(job: dict) -> Optional[Tuple[str, str]]:
-  """('success'|'error', text) from submitit's result pickle, if written."""
-  path = job.get("result_pickle")
+  """('success'|'error', text) of an ended job, from submitit's lines in its
+  stderr log; None if it says neither.  Text only: submitit's result pickle
+  is never loaded (a results folder may be shared; a pickle executes code)."""
+  path = job.get("stderr")
   if not path or not os.path.exists(path):
     return None
-  try:
-    with open(path, "rb") as f:
-      outcome, value = pickle.load(f)
-  except Exception as e:  # pylint: disable=broad-except
-    return "error", f"unreadable {path}: {e!r}"
-  return outcome, value if isinstance(value, str) else repr(value)
+  with open(path, "rb") as f:
+    f.seek(max(0, os.path.getsize(path) - 65536))
+    text = f.read().decode("utf-8", "replace")
+  if _SUBMITIT_ERROR in text:
+    return "error", text.rsplit(_SUBMITIT_ERROR, 1)[1]
+  if _SUBMITIT_SUCCESS in text:
+    return "success", text.rsplit(_SUBMITIT_SUCCESS, 1)[1].strip()[:200]
+  return None
 
 
 def _last_error_line(traceback_text: str) -> str:
@@ -291,7 +300,7 @@ def _ended_without_result(key, job: dict) -> RunStatus:
   elif outcome[0] == "error":
     detail = _last_error_line(outcome[1])
   else:
-    detail = f"job finished but wrote no result.json (returned {outcome[1][:80]})"
+    detail = "job finished but wrote no result.json"
   return RunStatus(*key, "failed", detail, job.get("job_id"), job.get("stderr"))
 
 

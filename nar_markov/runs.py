@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import io
 import json
 import math
 import os
@@ -37,12 +38,14 @@ import tempfile
 import time
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 RESULT_SCHEMA = "nar_markov.result/1"
 RESULT_NAME = "result.json"
-CHECKPOINT_NAME = "checkpoint.pkl"
+CHECKPOINT_NAME = "checkpoint.npz"  # training state (`write_state`)
 # A calibration run's state at its last step, from which G-ForgetNet's run of
 # the same seed continues under the schedule reading (nar_markov/calibrate.py).
-FINAL_STATE_NAME = "final_state.pkl"
+FINAL_STATE_NAME = "final_state.npz"
 PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
 CONFIG_NAME = "config.gin"
 LOCK_NAME = ".lock"
@@ -98,6 +101,69 @@ def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
+
+
+# -- training state files (checkpoints) -----------------------------------------
+
+STATE_FORMAT = "nar_markov.state/1"
+
+
+def write_state(path, state: Mapping[str, Any]) -> None:
+  """Write a training state (checkpoint) atomically as one .npz file: its arrays
+  as entries, everything else (dicts with str keys, lists, tuples, numbers,
+  strings, None) as one JSON entry.  `read_state` loads it without executing
+  code (no pickle: results folders may be shared); anything else is a TypeError."""
+  arrays = {}
+
+  def encode(x):
+    if isinstance(x, (np.ndarray, np.generic)):
+      key = f"a{len(arrays)}"
+      arrays[key] = np.asarray(x)
+      return {"__array__": key}
+    if isinstance(x, dict):
+      bad = [k for k in x if not isinstance(k, str) or k.startswith("__")]
+      if bad:
+        raise TypeError(f"state dict keys must be str not starting with '__', got {bad}")
+      return {k: encode(v) for k, v in x.items()}
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+      return {"__tuple__": [encode(v) for v in x]}
+    if isinstance(x, list):
+      return [encode(v) for v in x]
+    if x is None or isinstance(x, (bool, int, float, str)):
+      return x
+    raise TypeError(f"cannot store a {type(x).__name__} in a state file (arrays, dicts, "
+                    "lists, tuples, numbers, strings only)")
+
+  doc = json.dumps({"format": STATE_FORMAT, "state": encode(dict(state))})
+  buf = io.BytesIO()
+  np.savez(buf, __state__=np.array(doc), **arrays)
+  atomic_write_bytes(path, buf.getvalue())
+
+
+def read_state(path) -> Any:
+  """The state `write_state` wrote at `path` (np.load with allow_pickle=False);
+  ValueError for a file that is not one."""
+  try:
+    with np.load(path, allow_pickle=False) as z:
+      doc = json.loads(str(z["__state__"]))
+      arrays = {k: z[k] for k in z.files if k != "__state__"}
+  except (OSError, KeyError, ValueError, EOFError) as e:
+    raise ValueError(f"{path} is not a readable state file: {e!r}") from None
+  if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+    raise ValueError(f"{path}: unknown state format {doc.get('format') if isinstance(doc, dict) else doc!r}")
+
+  def decode(x):
+    if isinstance(x, dict):
+      if set(x) == {"__array__"}:
+        return arrays[x["__array__"]]
+      if set(x) == {"__tuple__"}:
+        return tuple(decode(v) for v in x["__tuple__"])
+      return {k: decode(v) for k, v in x.items()}
+    if isinstance(x, list):
+      return [decode(v) for v in x]
+    return x
+
+  return decode(doc["state"])
 
 
 # -- the result schema -----------------------------------------------------------

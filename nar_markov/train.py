@@ -28,7 +28,6 @@ import json
 import math
 import os
 import pathlib
-import pickle
 import platform
 import re
 import sys
@@ -320,6 +319,15 @@ class Model:
 
   def init(self, rng_key, features_list):
     return self._init(rng_key, features_list)
+
+  def restore_opt_state(self, params, leaves: Sequence[Any]):
+    """The optimizer state whose leaves a checkpoint saved (in tree order)."""
+    template = jax.eval_shape(self.optimizer.init, params)
+    treedef = jax.tree_util.tree_structure(template)
+    if treedef.num_leaves != len(leaves):
+      raise ValueError(f"checkpoint holds {len(leaves)} optimizer-state arrays, this "
+                       f"optimizer has {treedef.num_leaves}")
+    return jax.tree_util.tree_unflatten(treedef, [np.asarray(x) for x in leaves])
 
   def init_state(self, seed: int, features_list):
     """(params, opt_state) of a run: params = init(PRNGKey(seed), ...)."""
@@ -1035,7 +1043,8 @@ class _SeedRun:
     if state is not None:
       for stream, stream_state in zip(self.streams, state["streams"]):
         stream.load_state_dict(stream_state)
-      params, opt_state = state["params"], state["opt_state"]
+      params = state["params"]
+      opt_state = job.net.restore_opt_state(params, state["opt_state"])
       if prefix is None:
         log(f"resuming {self.name} from step {state['step']}")
     else:
@@ -1143,7 +1152,10 @@ class _SeedRun:
                       streams=[s.state_dict() for s in self.streams], curves=self.curves,
                       train_time_s=self.t_train, eval_time_s=self.t_eval,
                       diverged_step=self.diverged_step)
-    atomic_write_bytes(path or self.ckpt_path, pickle.dumps(self.state, protocol=4))
+    # The optimizer state as its leaves (optax's named tuples are rebuilt on
+    # load from the optimizer: Model.restore_opt_state); no pickle.
+    runs.write_state(path or self.ckpt_path, dict(
+        self.state, opt_state=jax.tree_util.tree_leaves(self.state["opt_state"])))
 
   def flush(self) -> Optional[int]:
     """Fetch this seed's pending losses; see `record`."""
@@ -1432,37 +1444,15 @@ def empty_curves():
 
 
 def load_checkpoint(path: pathlib.Path):
-  """The state saved at `path` (None: no file, or cut short by a kill), in
-  this version's format (`upgrade_checkpoint`)."""
+  """The training state saved at `path` (runs.read_state: no code is executed
+  on load); None where there is none, or it was cut short by a kill."""
   if not path.exists():
     return None
   try:
-    with open(path, "rb") as f:
-      state = pickle.load(f)
-  except Exception as e:  # a checkpoint cut short by a kill: start over, loudly
-    log(f"WARNING: unreadable checkpoint {path} ({e!r}); starting from step 0")
+    return runs.read_state(path)
+  except ValueError as e:  # a checkpoint cut short by a kill: start over, loudly
+    log(f"WARNING: unreadable checkpoint {path} ({e}); starting from step 0")
     return None
-  return upgrade_checkpoint(state, path)
-
-
-def upgrade_checkpoint(state: Dict[str, Any], path) -> Dict[str, Any]:
-  """A checkpoint of the single-task loop before the one loop (format 1: one
-  stream, one curves dict, one definition) in this version's format."""
-  if state.get("format") == CHECKPOINT_FORMAT:
-    return state
-  if "stream" not in state or "algorithms" in state:
-    raise ValueError(f"checkpoint {path} has an unknown format (an older multi-task "
-                     "job?); move it aside to train from step 0")
-  state = dict(state)
-  curves = state.pop("curves")
-  definition = state.pop("definition", None)
-  state.update(
-      format=CHECKPOINT_FORMAT, streams=[state.pop("stream")], curves=[curves],
-      algorithms=[definition["algorithm"] if definition else None],
-      definitions=None if definition is None else [definition],
-      best_scores=None if state.get("best_params") is None else [state["best_val"]],
-      test_results={})
-  return state
 
 
 def bindings_as_gin(configurable: str, arguments: Mapping[str, Any]) -> str:

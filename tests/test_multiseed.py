@@ -24,6 +24,7 @@ from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import cluster  # pylint: disable=wrong-import-position
 from nar_markov import data  # pylint: disable=wrong-import-position
 from nar_markov import train  # pylint: disable=wrong-import-position
+from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
 
 # insertion_sort: its permutation pointers draw Gumbel noise from the step rng
 # in training, so a wrong per-seed rng would show; a gated model so that the
@@ -118,7 +119,7 @@ def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
   for s in SEEDS:
     got = _on_disk(tmp_path, s)
     assert got["status"] == "done" and got["steps"] == 12 and got["seed"] == s
-    assert not (train.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.pkl").exists()
+    assert not (train.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.npz").exists()
     want = dict(separate[s], gin_config=got["gin_config"])  # gin vs kwargs
     assert_same_result(got, want)
   # The comparison has teeth: the seeds' runs differ from each other.
@@ -135,8 +136,8 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
                                stop_after_steps=6, **TINY)
   assert first == [{"status": "interrupted", "steps": 6}] * 2
   for s in (1, 2):
-    with open(train.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.pkl", "rb") as f:
-      assert pickle.load(f)["step"] == 6
+    assert runs_lib.read_state(train.run_dir(tmp_path, MODEL, ALG, s)
+                               / "checkpoint.npz")["step"] == 6
   # Seed 0 done already (its separate run's result, with these settings): its
   # result.json is returned as it is.
   d0 = train.run_dir(tmp_path, MODEL, ALG, 0)

@@ -12,7 +12,6 @@
 import json
 import os
 import pathlib
-import pickle
 import subprocess
 import sys
 import textwrap
@@ -284,11 +283,11 @@ def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
                 **TINY)
   assert train.run_experiment(train_steps=20, stop_after_steps=5,
                               **common)["status"] == "interrupted"
-  ckpt = _result_path(tmp_path).parent / "checkpoint.pkl"
+  ckpt = _result_path(tmp_path).parent / "checkpoint.npz"
   saved = ckpt.read_bytes()
-  assert pickle.loads(saved)["definitions"][0]["settings"]["train_steps"] == 20
+  assert runs.read_state(ckpt)["definitions"][0]["settings"]["train_steps"] == 20
   # Was: finished "done" with steps 5 > train_steps 3.
-  with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.pkl was written with "
+  with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.npz was written with "
                      r"train_steps=20, schedule_steps=20; this run has train_steps=3, "
                      r"schedule_steps=3\. The checkpoint is kept"):
     train.run_experiment(train_steps=3, **common)
@@ -300,9 +299,69 @@ def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
     # a checkpoint copied by hand is refused all the same.
     other = tmp_path / "forget" / "bfs" / "seed0"
     other.mkdir(parents=True)
-    (other / "checkpoint.pkl").write_bytes(saved)
+    (other / "checkpoint.npz").write_bytes(saved)
     train.run_experiment(train_steps=20, **dict(common, model="forget"))
   assert ckpt.read_bytes() == saved and not _result_path(tmp_path).exists()
   result = train.run_experiment(train_steps=20, **common)
   assert result["status"] == "done" and result["steps"] == 20
   assert result["curves"]["train"]["step"] == [5, 10, 15, 20]  # resumed, not restarted
+
+
+# -- nothing loaded from a results folder executes code ------------------------------
+
+
+class _Evil:
+  """Unpickling this would create `marker`: proof that a load executed code."""
+
+  def __init__(self, marker):
+    self.marker = str(marker)
+
+  def __reduce__(self):
+    return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_state_files_round_trip_and_never_unpickle(tmp_path):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import pickle  # pylint: disable=g-import-not-at-top
+  state = {"step": 7, "rng": ("MT19937", np.arange(4, dtype=np.uint32), 2, 0, 0.0),
+           "params": {"net/linear": {"w": np.ones((2, 3), np.float32)}},
+           "opt_state": [np.int32(5), np.zeros(3)], "best_params": None,
+           "curves": [{"train": {"loss": [1.5, float("nan")]}}]}
+  path = tmp_path / runs.CHECKPOINT_NAME
+  runs.write_state(path, state)
+  back = runs.read_state(path)
+  assert back["step"] == 7 and back["best_params"] is None
+  assert back["rng"][0] == "MT19937" and isinstance(back["rng"], tuple)
+  np.testing.assert_array_equal(back["rng"][1], state["rng"][1])
+  assert back["params"]["net/linear"]["w"].dtype == np.float32
+  assert int(back["opt_state"][0]) == 5
+  with pytest.raises(TypeError, match="cannot store a _Evil"):
+    runs.write_state(path, {"x": _Evil(tmp_path / "never")})
+  # A pickle planted under the checkpoint's name is refused, not executed.
+  marker = tmp_path / "executed"
+  path.write_bytes(pickle.dumps({"step": 1, "x": _Evil(marker)}))
+  with pytest.raises(ValueError, match="not a readable state file"):
+    runs.read_state(path)
+  assert not marker.exists()
+  assert train.load_checkpoint(path) is None and not marker.exists()
+
+
+def test_status_never_loads_submitits_result_pickle(write_result, tmp_path, capsys):
+  import pickle  # pylint: disable=g-import-not-at-top
+  results = tmp_path / "results"
+  logs = results / "_logs" / "9_0"
+  logs.mkdir(parents=True)
+  marker = tmp_path / "executed"
+  (logs / "9_0_0_result.pkl").write_bytes(pickle.dumps(("error", _Evil(marker))))
+  (logs / "9_0_0_log.err").write_text(
+      "submitit ERROR (x) - Submitted job triggered an exception\nTraceback (most recent "
+      "call last):\nValueError: boom\n")
+  (results / "_sweeps").mkdir()
+  (results / "_sweeps" / "20260101-000000-000000.json").write_text(json.dumps(
+      {"schema": status_lib.MANIFEST_SCHEMA, "cluster": "local", "jobs": [
+          {"model": "baseline", "algorithm": "bfs", "seed": 0, "job_id": "9_0",
+           "stderr": str(logs / "9_0_0_log.err"),
+           "result_pickle": str(logs / "9_0_0_result.pkl")}]}))
+  assert sweep.main(["--status", "--results", str(results)]) == 0
+  out = capsys.readouterr().out
+  assert "ValueError: boom" in out and not marker.exists()

@@ -19,7 +19,6 @@ Jobs ask for 1 CPU and 2 GB so two run at once on a 2-core machine.
 import json
 import os
 import pathlib
-import pickle
 import re
 import shutil
 import signal
@@ -28,6 +27,7 @@ import sys
 import time
 
 import pytest
+from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
@@ -171,7 +171,7 @@ def test_slurm_sweep_completes_and_rerun_submits_nothing(slurm_sweep, sweep_env)
       assert r["curves"]["val"]["step"] == [0, 10, 20]
       assert r["hidden_size"] == 16  # gin/smoke.gin reached the job
       run_dir = results / "baseline" / algorithm / f"seed{seed}"
-      assert not (run_dir / "checkpoint.pkl").exists()
+      assert not (run_dir / "checkpoint.npz").exists()
   # Different seeds are different runs.
   assert _load(results, "baseline", "bfs", 0)["curves"]["train"]["loss"] != \
       _load(results, "baseline", "bfs", 1)["curves"]["train"]["loss"]
@@ -281,7 +281,7 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
   try:
     (m,) = status_lib.read_manifests(results)
     jobs = {j["seed"]: j for j in m["jobs"]}
-    ckpt = {s: pathlib.Path(jobs[s]["run_dir"]) / "checkpoint.pkl" for s in (0, 1)}
+    ckpt = {s: pathlib.Path(jobs[s]["run_dir"]) / "checkpoint.npz" for s in (0, 1)}
     # Freeze each run right after its first checkpoint: post-compile, a smoke
     # run finishes its 300 steps in seconds.
     pids = {}
@@ -299,8 +299,7 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
     # seed 0: requeued by the scheduler (an admin, a node drain) mid-run.
     subprocess.run(["scontrol", "requeue", jobs[0]["job_id"]], check=True)
     _freeze_until_gone(pids[0])
-    with open(ckpt[0], "rb") as f:
-      requeued_at_step = pickle.load(f)["step"]
+    requeued_at_step = runs_lib.read_state(ckpt[0])["step"]
     # seed 1: preempted -- submitit's own signal, as before a timeout: it calls
     # Job.checkpoint() and requeues itself.
     subprocess.run(["scancel", "--signal=USR2", jobs[1]["job_id"]], check=True)
@@ -318,7 +317,7 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
     # Resumed, not restarted: every logged step once, in order, up to the end.
     assert steps == list(range(10, train_steps + 1, 10)), steps
     assert r["curves"]["val"]["step"] == [0, 150, 300]
-    assert not (pathlib.Path(jobs[seed]["run_dir"]) / "checkpoint.pkl").exists()
+    assert not (pathlib.Path(jobs[seed]["run_dir"]) / "checkpoint.npz").exists()
 
   # --open-mode=append keeps both attempts in one log.
   log0 = pathlib.Path(jobs[0]["stderr"]).read_text()

@@ -365,11 +365,12 @@ def test_status_counts_each_state_and_names_failure_logs(write_result, tmp_path,
                                      ("baseline", "dfs", 2, "77_2"),
                                      ("baseline", "bfs", 0, "77_3")])
   fake_slurm["squeue_out"].write_text("77_0|RUNNING\n")
-  # 77_1 raised (submitit pickles the traceback); 77_2 vanished without a word.
-  pkl = pathlib.Path(records[1]["result_pickle"])
-  pkl.parent.mkdir(parents=True)
-  pkl.write_bytes(pickle.dumps(("error", "Traceback (most recent call last):\n"
-                                "  File x\nValueError: lambda_gate boom\n")))
+  # 77_1 raised (submitit logs it, then the traceback); 77_2 vanished without a word.
+  log1 = pathlib.Path(records[1]["stderr"])
+  log1.parent.mkdir(parents=True)
+  log1.write_text("submitit ERROR (2026-01-01 00:00:00,000) - Submitted job triggered an "
+                  "exception\nTraceback (most recent call last):\n  File x\n"
+                  "ValueError: lambda_gate boom\n")
   log2 = pathlib.Path(records[2]["stderr"])
   log2.parent.mkdir(parents=True)
   log2.write_text("[nar_markov] baseline/dfs/seed2 step 10/20\n"

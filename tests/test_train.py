@@ -1,13 +1,13 @@
 """The training protocol: learning, exact resume, divergence, bad input."""
 
 import json
-import pickle
 
 import jax
 import numpy as np
 import pytest
 
 from nar_markov import model as model_lib
+from nar_markov import runs
 from nar_markov import train
 
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
@@ -34,7 +34,7 @@ def test_tiny_run_improves_validation(tmp_path, model):
   assert on_disk["schema"] == train.RESULT_SCHEMA
   assert on_disk["history"] == train.MODELS[model]
   assert (tmp_path / model / "bfs" / "seed0" / "config.gin").exists()
-  assert not (tmp_path / model / "bfs" / "seed0" / "checkpoint.pkl").exists()
+  assert not (tmp_path / model / "bfs" / "seed0" / "checkpoint.npz").exists()
   curves = on_disk["curves"]
   assert len(curves["train"]["loss"]) == len(curves["train"]["step"]) == 20
   assert len(curves["val"]["hidden_norm"]) == len(val["step"])
@@ -55,8 +55,7 @@ def test_tiny_run_improves_validation(tmp_path, model):
 
 
 def _params(path):
-  with open(path, "rb") as f:
-    return pickle.load(f)["params"]
+  return runs.read_state(path)["params"]
 
 
 def test_resume_is_exact(tmp_path):
@@ -64,7 +63,7 @@ def test_resume_is_exact(tmp_path):
   common = dict(algorithm="insertion_sort", seed=3, model="gforget", train_steps=20,
                 lambda_gate=0.05, **TINY)
   a, b = tmp_path / "a", tmp_path / "b"
-  ckpt = lambda root: root / "gforget" / "insertion_sort" / "seed3" / "checkpoint.pkl"
+  ckpt = lambda root: root / "gforget" / "insertion_sort" / "seed3" / "checkpoint.npz"
   assert train.run_experiment(results_dir=str(a), stop_after_steps=10,
                               **common)["status"] == "interrupted"
   train.run_experiment(results_dir=str(a), stop_after_steps=5, **common)
