@@ -74,7 +74,7 @@ from nar_markov import runs
 READINGS = ("schedule", "constant")
 RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
 CALIBRATION_DIR = "_calibration"
-# What a record must agree on with the run that uses it (train.run_settings).
+# What a record must agree on with the run that uses it (experiment.run_settings).
 # train_steps is not among them: the calibration trains to the switch only.
 SETTINGS_KEYS = ("algorithm", "hidden_size", "batch_size", "learning_rate",
                  "grad_clip_max_norm", "schedule_steps", "train_lengths",
@@ -408,10 +408,11 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   one, is an error (never overwritten).  `run_kwargs` go to every
   run_experiment call (tests: tiny settings).
   """
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (imports this module)
   from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax)
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
-  settings = train.run_settings_from_gin(algorithm, **run_kwargs)
+  settings = experiment.run_settings_from_gin(algorithm, **run_kwargs)
   schedule_steps = settings["schedule_steps"]
   path = record_path(results_dir, h.reading, algorithm)
   existing = read_record(path)

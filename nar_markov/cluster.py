@@ -14,7 +14,7 @@ process.
 
 Preemption and timeouts: submitit calls `Job.checkpoint()` on Slurm's signal,
 which resubmits the same call; the job then resumes from its checkpoints
-(nar_markov.train.run_experiment does that by itself: each run, or each
+(nar_markov.experiment.run_experiment does that by itself: each run, or each
 multi-task job, from its own checkpoint.pkl), so the job object needs no state
 of its own.  A plain `scontrol requeue` (no signal to submitit) lands in the
 same place.
@@ -201,6 +201,35 @@ def job_call(group: Sequence[Run]) -> Tuple[Job, Tuple[str, Dict[str, Any]]]:
                              results_dir=run.results_dir, multitask=run.multitask))
 
 
+@gin.configurable
+def sweep_axes(algorithms: Sequence[str] = gin.REQUIRED, seeds: Sequence[int] = gin.REQUIRED,
+               seeds_per_job: int = 1, multitask: bool = False) -> Dict[str, Any]:
+  """The sweep's axes as the gin files bind them; the launcher calls this.
+
+  gin/base.gin binds them to the macros ALGORITHMS, SEEDS, SEEDS_PER_JOB and
+  MULTITASK, which a command line overrides (--gin_param "SEEDS=[0,1]").
+  seeds_per_job: K > 1 trains up to K seeds of one algorithm in one job.
+  multitask: one job per seed trains one processor on all `algorithms`.
+  """
+  return dict(algorithms=algorithms, seeds=seeds, seeds_per_job=seeds_per_job,
+              multitask=multitask)
+
+
+def _axes() -> Dict[str, Any]:
+  """`sweep_axes()` of the parsed gin files, checked: one ValueError per problem."""
+  try:
+    axes = sweep_axes()  # pylint: disable=no-value-for-parameter
+  except (RuntimeError, TypeError) as e:  # gin: a required binding is missing
+    raise ValueError(f"the sweep's axes are not set in the gin files (sweep_axes.*, "
+                     f"gin/base.gin binds them to ALGORITHMS and SEEDS): {e}") from None
+  k, multitask = axes["seeds_per_job"], axes["multitask"]
+  if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    raise ValueError(f"SEEDS_PER_JOB must be an int >= 1, got {k!r}")
+  if not isinstance(multitask, bool):
+    raise ValueError(f"MULTITASK must be True or False, got {multitask!r}")
+  return axes
+
+
 def _bound_value(binding_key: str):
   from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
   return config_lib.bound_value(binding_key)
@@ -217,9 +246,9 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   G-ForgetNet has no lambda for -- before anything runs.
   Leaves gin parsed, so `slurm_resources()` returns this sweep's resources.
   """
+  from nar_markov import clrs30  # pylint: disable=g-import-not-at-top
   from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nar_markov import data  # pylint: disable=g-import-not-at-top
-  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
 
   config_lib.parse_gin(list(gin_files), list(gin_params))
   files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
@@ -230,25 +259,23 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
     except ValueError as e:
       raise ValueError(f"{what} is not set in the gin files ({key}): {e}") from e
 
-  seeds_per_job = _seeds_per_job()
-
-  multitask = _multitask()
+  axes = _axes()
+  seeds_per_job, multitask = axes["seeds_per_job"], axes["multitask"]
   model = query("run_experiment.model", "the model")
-  if model not in train.MODELS:
+  if model not in experiment.MODELS:
     raise ValueError(f"unknown model {model!r} (run_experiment.model); "
-                     f"valid: {sorted(train.MODELS)}")
-  if multitask != model.endswith(train.MULTITASK_SUFFIX):
+                     f"valid: {sorted(experiment.MODELS)}")
+  if multitask != model.endswith(experiment.MULTITASK_SUFFIX):
     raise ValueError(
         f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
-        f"sweep (gin/multitask.gin) trains a '*{train.MULTITASK_SUFFIX}' label, a "
+        f"sweep (gin/multitask.gin) trains a '*{experiment.MULTITASK_SUFFIX}' label, a "
         "single-task sweep any other")
   if multitask and seeds_per_job > 1:
     raise ValueError(
         f"SEEDS_PER_JOB = {seeds_per_job}: several seeds per job is not "
         "supported for multi-task sweeps (one job per seed there); "
         "set SEEDS_PER_JOB = 1")
-  algorithms = query("ALGORITHMS/macro.value", "the macro ALGORITHMS")
-  seeds = query("SEEDS/macro.value", "the macro SEEDS")
+  algorithms, seeds = axes["algorithms"], axes["seeds"]
   if isinstance(algorithms, str) or not isinstance(algorithms, (list, tuple)):
     raise ValueError(f"ALGORITHMS must be a list of names, got {algorithms!r}")
   if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)):
@@ -258,7 +285,7 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   bad_seeds = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
   if bad_seeds:
     raise ValueError(f"SEEDS must be ints >= 0, got {bad_seeds!r}")
-  algorithms = [data.check_algorithm(a) for a in algorithms]
+  algorithms = [clrs30.check_algorithm(a) for a in algorithms]
   for dupes, what in [(algorithms, "ALGORITHMS"), (seeds, "SEEDS")]:
     if len(set(dupes)) != len(dupes):
       raise ValueError(f"{what} has duplicates: {dupes!r}")
@@ -269,10 +296,10 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   lambda_gate = lambda_from_gin()
   if multitask:
     for a in algorithms:  # multi-task lambda is bound by hand: check it all
-      train.run_definition_from_gin(a, results_dir, algorithms=algorithms)
+      experiment.run_definition_from_gin(a, results_dir, algorithms=algorithms)
   elif lambda_gate is not None:
     for a in algorithms:
-      train.resolve_lambda(lambda_gate, a, model)
+      experiment.resolve_lambda(lambda_gate, a, model)
   slurm_resources()  # validates the Slurm section's values
 
   results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
@@ -290,15 +317,15 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
   """Run key -> what its result must have been made with (nar_markov.runs.check_result).
 
-  Single-task runs: `train.run_definition_from_gin` (settings, model, lambda;
+  Single-task runs: `experiment.run_definition_from_gin` (settings, model, lambda;
   lambda left out where its calibration record does not exist yet) plus the
   seed; multi-task runs name the algorithms trained together.  Call
   after `expand_runs` (gin parsed).
   """
-  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
   if not runs:
     return {}
-  per_alg = {a: train.run_definition_from_gin(a, runs[0].results_dir,
+  per_alg = {a: experiment.run_definition_from_gin(a, runs[0].results_dir,
                                               algorithms=runs[0].job_algorithms or None)
              for a in {r.algorithm for r in runs}}
   return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
@@ -345,11 +372,11 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
   overwritten).  Call after `expand_runs` (gin parsed).
   """
   from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
-  from nar_markov import train  # pylint: disable=g-import-not-at-top
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
   if not runs or runs[0].multitask:
     return [], {}, []
   model = runs[0].model
-  if (train.MODELS.get(model) != "gated" or model in train._ZERO_LAMBDA_MODELS  # pylint: disable=protected-access
+  if (experiment.MODELS.get(model) != "gated" or model in experiment._ZERO_LAMBDA_MODELS  # pylint: disable=protected-access
       or model == "calibrate" or lambda_from_gin() is not None):
     return [], {}, []
   heuristic = calibrate.LambdaHeuristic()
@@ -365,31 +392,9 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
         todo.append(Calibration(run.algorithm, heuristic.reading, run.gin_files,
                                 run.gin_params, run.results_dir))
         continue
-      settings = train.run_settings_from_gin(run.algorithm)
+      settings = experiment.run_settings_from_gin(run.algorithm)
       lam, info = calibrate.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
       have[run.algorithm] = dict(info, **{"lambda": lam})
     except calibrate.CalibrationError as e:
       problems.append(str(e))
   return todo, have, problems
-
-
-def _multitask() -> bool:
-  """The gin macro MULTITASK (gin/base.gin False, gin/multitask.gin True)."""
-  try:
-    value = _bound_value("MULTITASK/macro.value")
-  except ValueError:
-    return False  # gin files that do not include base.gin
-  if not isinstance(value, bool):
-    raise ValueError(f"MULTITASK must be True or False, got {value!r}")
-  return value
-
-
-def _seeds_per_job() -> int:
-  """The gin macro SEEDS_PER_JOB (gin/base.gin); 1 where it is not bound."""
-  try:
-    k = _bound_value("SEEDS_PER_JOB/macro.value")
-  except ValueError:
-    return 1  # gin files that do not include base.gin
-  if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-    raise ValueError(f"SEEDS_PER_JOB must be an int >= 1, got {k!r}")
-  return k

@@ -18,9 +18,11 @@ import gin
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 GIN_DIR = REPO_ROOT / "gin"
 
-# Modules whose configurables gin files may bind; importing registers them.
-_CONFIGURABLE_MODULES = ("nar_markov.data", "nar_markov.calibrate", "nar_markov.train",
-                         "nar_markov.cluster")
+# Modules whose configurables gin files may bind; importing registers them.  None of
+# them imports jax, haiku, clrs or TensorFlow: parsing a sweep's gin files is cheap
+# (``--status``, ``--dry-run``); training imports nar_markov.train when it starts.
+_CONFIGURABLE_MODULES = ("nar_markov.clrs30", "nar_markov.experiment",
+                         "nar_markov.calibrate", "nar_markov.cluster")
 
 
 def register_configurables() -> None:

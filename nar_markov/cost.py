@@ -174,7 +174,7 @@ def settings_from_gin() -> Dict[str, Any]:
            "eval_every_steps", "val_max_samples", "test_max_samples"]
   out = {n: _query([f"run_experiment.{n}"])
          for n in names}
-  out["seeds_per_job"] = _query(["SEEDS_PER_JOB/macro.value"], 1)
+  out["seeds_per_job"] = _query(["sweep_axes.seeds_per_job"], 1)
   if isinstance(out["train_lengths"], dict):   # multi-task: per algorithm
     out["train_lengths"] = None
   return out

@@ -109,14 +109,15 @@ if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banner
 
 import clrs
 from clrs._src import samplers as clrs_samplers
-import gin
 import numpy as np
 
+from nar_markov import clrs30
 from nar_markov import quiet
 
-ALGORITHMS: Tuple[str, ...] = tuple(clrs.specs.CLRS_30_ALGS)
+# CLRS-30's names and train sizes live in nar_markov.clrs30 (no clrs import there).
+ALGORITHMS = clrs30.ALGORITHMS
 SPLITS = ("train", "val", "test")
-TRAIN_LENGTHS: Tuple[int, ...] = (4, 7, 11, 13, 16)
+TRAIN_LENGTHS = clrs30.TRAIN_LENGTHS
 
 # examples/run.py PRED_AS_INPUT_ALGOS: pred_h is constant along these
 # trajectories, so it is an input, not a hint.
@@ -125,14 +126,13 @@ PRED_AS_INPUT_ALGOS = frozenset([
     "find_maximum_subarray_kadane", "matrix_chain_order", "lcs_length",
     "optimal_bst", "activity_selector", "task_scheduling",
     "naive_string_matcher", "kmp_matcher", "jarvis_march"])
-STRING_MATCHERS = ("naive_string_matcher", "kmp_matcher")
+STRING_MATCHERS = clrs30.STRING_MATCHERS
 # run.py: "Choose a lower connection probability for the above algorithms,
 # otherwise trajectories are very long".
 _HALF_P_ALGOS = ("articulation_points", "bridges", "mst_kruskal",
                  "bipartite_matching")
-# run.py's --length_needle default: needle length uniform in 1..8 (train only).
-_TRAIN_LENGTH_NEEDLE = -8
-MIN_STRING_MATCHER_NODES = 2 * abs(_TRAIN_LENGTH_NEEDLE) + 1
+_TRAIN_LENGTH_NEEDLE = clrs30.TRAIN_LENGTH_NEEDLE
+MIN_STRING_MATCHER_NODES = clrs30.MIN_STRING_MATCHER_NODES
 # The string matchers are validated at their training size (module docstring).
 _STRING_MATCHER_VAL_LENGTH = 20
 
@@ -142,12 +142,7 @@ _TRAJECTORY_LENGTHS_FILE = (pathlib.Path(__file__).resolve().parent /
                             "clrs30_trajectory_lengths.json")
 
 
-def check_algorithm(name: str) -> str:
-  """`name` if it is one of the 30 CLRS-30 algorithms, else ValueError."""
-  if name not in ALGORITHMS:
-    raise ValueError(f"unknown algorithm {name!r}; valid CLRS-30 algorithms: "
-                     + ", ".join(ALGORITHMS))
-  return name
+check_algorithm = clrs30.check_algorithm
 
 
 def _check_split(split: str, allowed: Sequence[str] = ("val", "test")) -> str:
@@ -332,20 +327,7 @@ def eval_batches(feedback: clrs.Feedback, batch_size: int
 # --------------------------------------------------------------------------
 # Train.
 
-def train_lengths(algorithm: str,
-                  lengths: Sequence[int] = TRAIN_LENGTHS) -> Tuple[int, ...]:
-  """Train sizes; string matchers: one size, (max * 5) // 4 (run.py)."""
-  if check_algorithm(algorithm) in STRING_MATCHERS:
-    nb_nodes = (max(lengths) * 5) // 4
-    if nb_nodes < MIN_STRING_MATCHER_NODES:
-      # The needle (up to 8 characters, run.py) sits in a haystack of n - m
-      # characters at rng.choice(n - 2m): n <= 16 crashes inside dm-clrs.
-      raise ValueError(
-          f"{algorithm} would train at (max(train_lengths) * 5) // 4 = "
-          f"{nb_nodes} nodes, but needs >= {MIN_STRING_MATCHER_NODES} "
-          f"(needles of up to {abs(_TRAIN_LENGTH_NEEDLE)} characters)")
-    return (nb_nodes,)
-  return tuple(int(n) for n in lengths)
+train_lengths = clrs30.train_lengths
 
 
 def train_sampler_kwargs(algorithm: str) -> Dict[str, Any]:
@@ -534,10 +516,7 @@ def generate_raw_split(algorithm: str, split: str) -> clrs.Feedback:
   return sampler.next(None)
 
 
-@gin.configurable
-def cache_dir(path: Optional[str] = None) -> Optional[str]:
-  """gin's say in the cache directory: `cache_dir.path = '/scratch/...'`."""
-  return path
+cache_dir = clrs30.cache_dir
 
 
 def resolve_cache_dir(path: Optional[str] = None) -> pathlib.Path:

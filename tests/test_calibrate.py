@@ -4,17 +4,27 @@ import json
 import math
 import pathlib
 
+import gin
 import numpy as np
 import pytest
 
 from nar_markov import calibrate
 from nar_markov import config
+from nar_markov import experiment
 from nar_markov import train
 
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=10, log_every_steps=2, checkpoint_every_steps=10,
             val_max_samples=16, test_max_samples=8, progress=False)
 STEPS = 20  # calibration step 12, window 1 (0.6 and 0.05 of 20)
+
+
+@pytest.fixture(autouse=True)
+def _no_bindings_leak():
+  """These tests bind LambdaHeuristic (e.g. reading='constant'); later tests of the
+  process read its defaults."""
+  yield
+  gin.clear_config()
 
 
 @pytest.fixture
@@ -134,7 +144,7 @@ def fake(monkeypatch):
   config.parse_gin([], [])
   fake = FakeTraining()
   monkeypatch.setattr(train, "run_experiment", fake)
-  monkeypatch.setattr(train, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
+  monkeypatch.setattr(experiment, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
   return fake
 
 

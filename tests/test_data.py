@@ -456,3 +456,12 @@ def test_string_matcher_too_small_is_a_clear_error():
   with pytest.raises(ValueError, match="needs >= 17"):
     data.TrainStream("naive_string_matcher", seed=0, batch_size=4, lengths=(4, 7))
   assert data.train_lengths("kmp_matcher", (4, 16)) == (20,)
+
+
+def test_clrs30_facts_without_clrs_are_clrs_s():
+  """nar_markov.clrs30 (imported by the launcher, no clrs) agrees with dm-clrs."""
+  import clrs  # pylint: disable=g-import-not-at-top
+  from nar_markov import clrs30  # pylint: disable=g-import-not-at-top
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  assert clrs30.ALGORITHMS == tuple(clrs.specs.CLRS_30_ALGS) == data.ALGORITHMS
+  assert experiment.VALIDATION_MODES == data.VALIDATION_MODES

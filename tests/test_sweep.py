@@ -417,3 +417,38 @@ def test_status_when_slurm_cannot_be_asked(tmp_path, monkeypatch, capsys):
 def test_status_of_a_missing_results_dir_is_an_error(tmp_path, capsys):
   assert sweep.main(["--status", "--results", str(tmp_path / "nope")]) == 2
   assert "no results folder" in capsys.readouterr().err
+
+
+# -- the launcher's planning imports no jax --------------------------------------------
+
+
+HEAVY = ("jax", "jaxlib", "haiku", "clrs", "tensorflow", "optax", "nar_markov.train",
+         "nar_markov.data", "nar_markov.model")
+
+
+@pytest.mark.parametrize("args", [
+    ["--gin", "gin/gforget.gin", "--gin_param", "ALGORITHMS=['bfs','insertion_sort']",
+     "--dry-run"],
+    ["--gin", "gin/multitask.gin", "--dry-run"],
+    ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin", "--status"],
+    ["--status"],
+])
+def test_status_and_dry_run_import_no_jax_and_answer_in_3_s(args, tmp_path):
+  """A fresh interpreter: what --status / --dry-run import, and how long they take."""
+  code = (
+      "import sys, time\n"
+      f"sys.path.insert(0, {str(REPO_ROOT)!r})\n"
+      "t0 = time.time()\n"
+      "from launch import sweep\n"
+      f"rc = sweep.main({args + ['--results', str(tmp_path)]!r})\n"
+      "elapsed = time.time() - t0\n"
+      f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+      "print('RESULT', rc, heavy, elapsed)\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=120, check=False)
+  line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")]
+  assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
+  _, rc, rest = line[0].split(" ", 2)
+  heavy, elapsed = rest.rsplit(" ", 1)
+  assert rc == "0" and heavy == "[]", (line, proc.stderr[-2000:])
+  assert float(elapsed) < 3.0, line

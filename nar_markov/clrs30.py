@@ -1,0 +1,57 @@
+"""CLRS-30's names and train sizes, and where generated data are cached -- without importing clrs.
+
+The launcher, ``--status``, ``--dry-run`` and the analysis need these facts but not jax,
+haiku, clrs or TensorFlow; nar_markov.data (which samples with clrs) takes them from here,
+and tests/test_data.py checks them against clrs 2.0.3.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import gin
+
+# clrs.specs.CLRS_30_ALGS, in its order.
+ALGORITHMS: Tuple[str, ...] = (
+    "articulation_points", "activity_selector", "bellman_ford", "bfs", "binary_search",
+    "bridges", "bubble_sort", "dag_shortest_paths", "dfs", "dijkstra",
+    "find_maximum_subarray_kadane", "floyd_warshall", "graham_scan", "heapsort",
+    "insertion_sort", "jarvis_march", "kmp_matcher", "lcs_length", "matrix_chain_order",
+    "minimum", "mst_kruskal", "mst_prim", "naive_string_matcher", "optimal_bst",
+    "quickselect", "quicksort", "segments_intersect", "strongly_connected_components",
+    "task_scheduling", "topological_sort")
+TRAIN_LENGTHS: Tuple[int, ...] = (4, 7, 11, 13, 16)
+STRING_MATCHERS = ("naive_string_matcher", "kmp_matcher")
+# run.py's --length_needle default: needle length uniform in 1..8 (train only).
+TRAIN_LENGTH_NEEDLE = -8
+MIN_STRING_MATCHER_NODES = 2 * abs(TRAIN_LENGTH_NEEDLE) + 1
+
+
+def check_algorithm(name: str) -> str:
+  """`name` if it is one of the 30 CLRS-30 algorithms, else ValueError."""
+  if name not in ALGORITHMS:
+    raise ValueError(f"unknown algorithm {name!r}; valid CLRS-30 algorithms: "
+                     + ", ".join(ALGORITHMS))
+  return name
+
+
+def train_lengths(algorithm: str,
+                  lengths: Sequence[int] = TRAIN_LENGTHS) -> Tuple[int, ...]:
+  """Train sizes; string matchers: one size, (max * 5) // 4 (run.py)."""
+  if check_algorithm(algorithm) in STRING_MATCHERS:
+    nb_nodes = (max(lengths) * 5) // 4
+    if nb_nodes < MIN_STRING_MATCHER_NODES:
+      # The needle (up to 8 characters, run.py) sits in a haystack of n - m
+      # characters at rng.choice(n - 2m): n <= 16 crashes inside dm-clrs.
+      raise ValueError(
+          f"{algorithm} would train at (max(train_lengths) * 5) // 4 = "
+          f"{nb_nodes} nodes, but needs >= {MIN_STRING_MATCHER_NODES} "
+          f"(needles of up to {abs(TRAIN_LENGTH_NEEDLE)} characters)")
+    return (nb_nodes,)
+  return tuple(int(n) for n in lengths)
+
+
+@gin.configurable
+def cache_dir(path: Optional[str] = None) -> Optional[str]:
+  """gin's say in the data cache directory: `cache_dir.path = '/scratch/...'`."""
+  return path
