@@ -29,12 +29,12 @@ def _run(args, tmp_path):
      "--dry-run", "--cluster", "local", "--results", "{tmp}/results"],
     ["launch/sweep.py", "--status", "--results", str(ANALYSIS_RESULTS)],
     ["-m", "nar_markov.data", "--algorithm", "bfs", "--split", "train"],
-    ["-m", "nar_markov.multitask", "--help"],
+    ["-m", "nar_markov.calibrate", "--help"],
     ["benchmarks/bench.py", "--algorithms", "no_such_algorithm"],
     ["benchmarks/bench_seeds.py", "--algorithm", "no_such_algorithm"],
     ["analysis/make_tables.py", "--results", str(ANALYSIS_RESULTS),
      "--out", "{tmp}/tables"],
-], ids=["sweep-dry-run", "sweep-status", "data", "multitask", "bench", "bench_seeds",
+], ids=["sweep-dry-run", "sweep-status", "data", "calibrate", "bench", "bench_seeds",
         "make_tables"])
 def test_entry_points_print_no_start_up_banners(args, tmp_path):
   args = [a.format(tmp=tmp_path) for a in args]
