@@ -20,7 +20,6 @@ run.py), validation every 50 steps.
 
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 import dataclasses
 import importlib.metadata
@@ -32,7 +31,6 @@ import platform
 import re
 import sys
 import time
-import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import clrs
@@ -46,7 +44,6 @@ import optax
 from nar_markov import calibrate as calibrate_lib
 from nar_markov import data
 from nar_markov import devices
-from nar_markov import experiment
 from nar_markov.experiment import (  # pylint: disable=unused-import  (re-exported)
     MODELS, MULTITASK_SUFFIX, MULTITASK_UPDATES, _SETTINGS_ARGS, _Task, _ZERO_LAMBDA_MODELS,
     _make_tasks, check_algorithms, check_protocol, check_seeds, gin_arguments, job_folder,
