@@ -433,8 +433,13 @@ HEAVY = ("jax", "jaxlib", "haiku", "clrs", "tensorflow", "optax", "nar_markov.tr
     ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin", "--status"],
     ["--status"],
 ])
-def test_status_and_dry_run_import_no_jax_and_answer_in_3_s(args, tmp_path):
-  """A fresh interpreter: what --status / --dry-run import, and how long they take."""
+def test_status_and_dry_run_import_no_jax(args, tmp_path):
+  """A fresh interpreter: what --status / --dry-run import.
+
+  No jax, haiku, clrs or tensorflow is what makes them answer in well under a
+  second (0.3 s measured on the 2-core CPU box); the time itself is not asserted,
+  since a shared machine makes wall time noise.
+  """
   code = (
       "import sys, time\n"
       f"sys.path.insert(0, {str(REPO_ROOT)!r})\n"
@@ -451,4 +456,3 @@ def test_status_and_dry_run_import_no_jax_and_answer_in_3_s(args, tmp_path):
   _, rc, rest = line[0].split(" ", 2)
   heavy, elapsed = rest.rsplit(" ", 1)
   assert rc == "0" and heavy == "[]", (line, proc.stderr[-2000:])
-  assert float(elapsed) < 3.0, line
