@@ -2,7 +2,7 @@
 
     python benchmarks/bench_seeds.py [--algorithm bfs] [--k 4] [--steps 20]
         [--rounds 2] [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16]
-        [--model baseline] [--seed 0] [--out FILE.json]
+        [--history full] [--seed 0] [--out FILE.json]
 
 What `run_experiment(seed=[s1..sK])` (SEEDS_PER_JOB = K) buys over K separate
 runs, per training step, on this machine:
@@ -68,13 +68,11 @@ def _shape_key(tree) -> tuple:
 
 def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
         hidden: int = 128, batch: int = 32,
-        lengths: Sequence[int] = data.TRAIN_LENGTHS, model: str = "baseline",
+        lengths: Sequence[int] = data.TRAIN_LENGTHS, history: str = "full",
         seed: int = 0) -> Dict[str, Any]:
   """The measurement; returns the JSON report."""
   if k < 1 or steps < 1 or rounds < 1:
     raise ValueError(f"--k, --steps and --rounds must be >= 1, got {k}, {steps}, {rounds}")
-  if model not in train.MODELS:
-    raise ValueError(f"unknown model {model!r}; valid: {sorted(train.MODELS)}")
   algorithm = data.check_algorithm(algorithm)
   seeds = list(range(seed, seed + k))
   t_start = time.time()
@@ -86,8 +84,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   batches = [[next(st) for _ in range(n_batches)] for st in streams]  # [seed][step]
   spec = streams[0].spec
   nb_dims = model_lib.nb_dims_of(batches[0][0])
-  config = model_lib.NetConfig(hidden_size=hidden, history=train.MODELS[model],
-                               nb_triplet_fts=8)
+  config = model_lib.NetConfig(hidden_size=hidden, history=history, nb_triplet_fts=8)
   lam = np.float32(0.0)  # the penalty's cost is in the step either way
 
   def make_net():
@@ -182,7 +179,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   return {
       "schema": SCHEMA,
       "created": datetime.datetime.now().isoformat(timespec="seconds"),
-      "settings": {"algorithm": algorithm, "model": model, "k": k, "seeds": seeds,
+      "settings": {"algorithm": algorithm, "history": history, "k": k, "seeds": seeds,
                    "steps_per_round": steps, "rounds": rounds, "hidden_size": hidden,
                    "batch_size": batch, "train_lengths": list(streams[0].lengths),
                    "net_impl": getattr(config, "impl", None)},
@@ -205,10 +202,10 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
 def markdown_table(report: Dict[str, Any]) -> str:
   s = report["settings"]
   lines = [
-      "| algorithm | model | K | hidden | batch | timed steps per seed | "
+      "| algorithm | history | K | hidden | batch | timed steps per seed | "
       "sequential seed-steps/s | vmapped seed-steps/s | ratio |",
       "|---|---|---|---|---|---|---|---|---|",
-      f"| {s['algorithm']} | {s['model']} | {s['k']} | {s['hidden_size']} | "
+      f"| {s['algorithm']} | {s['history']} | {s['k']} | {s['hidden_size']} | "
       f"{s['batch_size']} | {s['steps_per_round'] * s['rounds']} | "
       f"{report['sequential']['seed_steps_per_s']:.2f} | "
       f"{report['vmapped']['seed_steps_per_s']:.2f} | {report['ratio']:.3f} |",
@@ -233,7 +230,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--hidden", type=int, default=128)
   p.add_argument("--batch", type=int, default=32)
   p.add_argument("--lengths", type=common.int_list, default=list(data.TRAIN_LENGTHS))
-  p.add_argument("--model", default="baseline", help=f"one of {sorted(train.MODELS)}")
+  p.add_argument("--history", default="full", choices=model_lib.HISTORY_POLICIES,
+                 help="the net's history policy (baseline: full)")
   p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
   p.add_argument("--out", default=None, help="JSON report path")
   quiet.add_flag(p)
@@ -242,7 +240,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   try:
     report = run(algorithm=args.algorithm, k=args.k, steps=args.steps, rounds=args.rounds,
                  hidden=args.hidden, batch=args.batch, lengths=args.lengths,
-                 model=args.model, seed=args.seed)
+                 history=args.history, seed=args.seed)
   except ValueError as e:
     print(f"bench_seeds: error: {e}", file=sys.stderr)
     return 2

@@ -322,8 +322,8 @@ def calibration_report(results_dir) -> List[str]:
   job ended without a record (the log says why); unusable: a record that
   does not read back.
   """
-  from nar_markov import calibrate  # pylint: disable=g-import-not-at-top  (no jax)
-  records = calibrate.read_records(results_dir)
+  from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
+  records = lambda_heuristic.read_records(results_dir)
   jobs = {}
   for m in read_manifests(results_dir):
     for j in m.get("calibration_jobs", []):

@@ -28,7 +28,7 @@ one after another while the sweep lives, and count as queued meanwhile.
 
 G-ForgetNet (gin/gforget.gin: lambda from calibration records) runs in two
 stages from the one command: first one lambda-calibration job per algorithm
-that has no record under --results yet (nar_markov/calibrate.py), then the
+that has no record under --results yet (nar_markov/lambda_heuristic.py, calibrate.py), then the
 G-ForgetNet runs; on Slurm each algorithm's G-ForgetNet tasks wait for its
 calibration (`--dependency=afterok:<calibration task>`), locally the
 calibrations run first.  --dry-run and --status show both stages; a record
@@ -548,12 +548,10 @@ def _sweep_plan(args, runs, results_dir, cluster_name, resources, argv, release)
     print(cost.format_estimate(cost.count_by_algorithm(r.algorithm for r in todo),
                                cost.settings_from_gin()))
     if calib_todo:
-      from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+      from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top
       print(cost.format_calibration_estimate(
-          [c.algorithm for c in calib_todo],
-          dict(cost.settings_from_gin(),
-               schedule_steps=cost._query(["run_experiment.schedule_steps"])),  # pylint: disable=protected-access
-          calibrate.LambdaHeuristic()))
+          [c.algorithm for c in calib_todo], cost.settings_from_gin(),
+          lambda_heuristic.LambdaHeuristic()))
     print("dry run: nothing submitted")
     return 0
   if not todo:

@@ -1,53 +1,11 @@
-"""The paper's λ heuristic (App. "Lambda Heuristic"): two readings, the search, calibration records.
+"""The lambda calibration of one algorithm: trains the heuristic's runs and writes its record; CLI.
 
-The paper picks G-ForgetNet's penalty weight λ per algorithm "such that the
-gate penalty makes up approximately half of the total training loss after
-6,000 training steps.  Intuitively, with such a schedule, the model will
-spend the first 6,000 steps simply learning to execute the algorithm, then
-during the remaining 4,000 steps [...] focus on learning single-step
-executions in accordance with the Markov property", and calls it "a simple
-penalty schedule".  The text allows two readings; both are here, named, and
-chosen with the gin binding ``LambdaHeuristic.reading``:
-
-* ``schedule`` (the default): the penalty is OFF for the first 6,000 steps of
-  the 10,000-step schedule and ON, with a constant λ, from step 6,000 on.
-  λ = L / G, with L the task loss (output + hint) and G the gate term
-  Σᵢ‖gᵢ(t)‖, both averaged over the window just before the switch of λ = 0
-  training -- so at the switch the penalty λ·G is exactly half of the total
-  loss.  No search.  Calibrating costs nothing extra: the calibration run of
-  seed k IS the first 6,000 steps of G-ForgetNet's run of seed k (same seed,
-  data, schedule; λ = 0 until the switch), and that run starts from the
-  calibration's saved state (``LambdaHeuristic.reuse_calibration_prefix``).
-* ``constant``: λ is on from step 0, chosen so that in a run *trained with
-  that λ* the penalty is half (``band``, default 0.4-0.6) of the total loss
-  over the window ending at step 6,000.  Found by a search on log λ: start at
-  the λ = 0 run's L/G, bracket by factors of ``bracket_factor``, then secant
-  steps on (log λ, logit share) kept inside the bracket (bisection where a
-  secant step would leave it), at most ``max_trials`` trials, every trial
-  recorded; if the band is never reached, the closest trial is used and the
-  record says so (status ``closest``), loudly.
-
-Why ``schedule`` is the default: it is the reading under which the text's
-own explanation holds -- the first 6,000 steps are "simply learning to
-execute the algorithm", i.e. without the penalty, and only "the remaining
-4,000 steps" push towards the Markov property -- and it is what a "penalty
-schedule" is.  Under ``constant`` the penalty acts from step 0 and there is
-no phase of plain learning.  Which reading reproduces the paper's numbers is
-for the evidence runs to show (README, results).
-
-Steps scale with the run's cosine horizon ``schedule_steps``: the switch
-(calibration step) is ``calibration_fraction`` (0.6) of it and the window
-``window_fraction`` (0.05, 500 of 10,000 steps), so a 1,500-step demo
-calibrates at step 900 over 75 steps, in its own results folder.
-
-λ per algorithm is the median over the calibration ``seeds``.  The record,
-``<results>/_calibration/<reading>/<algorithm>.json``, keeps every
-measurement (λ, L, G, share, gate norm, steps, run folder, and each search
-trial) and the settings it was made with; a G-ForgetNet run reads its λ from
-it when it starts (nar_markov.train) and refuses a record made with other
-settings.  The calibration runs themselves live under
-``<results>/_calibration/runs/``.  This module imports no jax: training is
-done through nar_markov.train, imported where a calibration actually runs.
+The heuristic itself -- its two readings, the search arithmetic, the records -- is
+nar_markov/lambda_heuristic.py (its docstring says what the paper asks and why the
+'schedule' reading is the default).  Here it is carried out: the lambda = 0 run of every
+calibration seed (and under the 'constant' reading the search trials), trained with
+nar_markov.train (imported only when a calibration runs), each resumable from its
+checkpoint, then the record.
 
 CLI:
   python -m nar_markov.calibrate --gin gin/gforget.gin --algorithm bfs --results R
@@ -59,339 +17,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import math
-import pathlib
 import statistics
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence
 
-import gin
-
+from nar_markov import experiment
 from nar_markov import quiet
-from nar_markov import runs
-
-READINGS = ("schedule", "constant")
-RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
-CALIBRATION_DIR = "_calibration"
-# What a record must agree on with the run that uses it (experiment.run_settings).
-# train_steps is not among them: the calibration trains to the switch only.
-SETTINGS_KEYS = ("algorithm", "hidden_size", "batch_size", "learning_rate",
-                 "grad_clip_max_norm", "schedule_steps", "train_lengths",
-                 "processor", "nb_triplet_fts", "gate_mlp_layers", "gate_bias_init")
-
-
-class CalibrationError(ValueError):
-  """A calibration record that is missing, unreadable or for other settings."""
-
-
-@gin.configurable
-@dataclasses.dataclass(frozen=True)
-class LambdaHeuristic:
-  """How G-ForgetNet's λ is chosen and when its penalty is on (module docstring)."""
-  reading: str = "schedule"
-  calibration_fraction: float = 0.6     # the paper's 6,000 of 10,000 steps
-  window_fraction: float = 0.05         # 500 of 10,000 steps
-  seeds: Tuple[int, ...] = (0, 1, 2)    # λ = median over these seeds
-  band: Tuple[float, float] = (0.4, 0.6)  # constant reading: the share to reach
-  max_trials: int = 8                   # constant reading: search trials per seed
-  bracket_factor: float = 10.0          # constant reading: λ step while bracketing
-  reuse_calibration_prefix: bool = True  # schedule reading: start from the λ=0 run
-
-  def __post_init__(self):
-    if self.reading not in READINGS:
-      raise ValueError(f"LambdaHeuristic.reading must be one of {READINGS}, "
-                       f"got {self.reading!r}")
-    if not 0 < self.calibration_fraction <= 1:
-      raise ValueError("LambdaHeuristic.calibration_fraction must be in (0, 1], "
-                       f"got {self.calibration_fraction}")
-    if not 0 < self.window_fraction <= self.calibration_fraction:
-      raise ValueError("LambdaHeuristic.window_fraction must be in "
-                       f"(0, calibration_fraction], got {self.window_fraction}")
-    lo, hi = self.band
-    if not 0 < lo < hi < 1:
-      raise ValueError(f"LambdaHeuristic.band must be 0 < lo < hi < 1, got {self.band}")
-    if self.max_trials < 1 or self.bracket_factor <= 1:
-      raise ValueError("LambdaHeuristic.max_trials must be >= 1 and "
-                       "bracket_factor > 1")
-    seeds = list(self.seeds)
-    if (not seeds or len(set(seeds)) != len(seeds)
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)):
-      raise ValueError(f"LambdaHeuristic.seeds must be distinct ints >= 0, got {self.seeds!r}")
-    object.__setattr__(self, "seeds", tuple(seeds))
-    object.__setattr__(self, "band", (float(lo), float(hi)))
-
-  def calibration_step(self, schedule_steps: int) -> int:
-    """The switch: 6,000 of a 10,000-step schedule."""
-    return max(1, int(round(self.calibration_fraction * schedule_steps)))
-
-  def window_steps(self, schedule_steps: int) -> int:
-    return max(1, int(round(self.window_fraction * schedule_steps)))
-
-  def penalty_start(self, schedule_steps: int) -> int:
-    """First step (0-based) whose loss carries the penalty."""
-    return self.calibration_step(schedule_steps) if self.reading == "schedule" else 0
-
-
-# -- measuring ------------------------------------------------------------------
-
-
-def measure(result: Mapping[str, Any], end_step: int, window_steps: int) -> Dict[str, Any]:
-  """L, G, the penalty P and its share P / (L + P) over (end - window, end].
-
-  From result.json's curves.train (means over each logging window), and the
-  gate norm (validation hidden_norm) at the last evaluation up to `end_step`.
-  """
-  train = result["curves"]["train"]
-  idx = [i for i, s in enumerate(train["step"]) if end_step - window_steps < s <= end_step]
-  if not idx:
-    raise CalibrationError(f"no training-curve entries in steps ({end_step - window_steps}, "
-                           f"{end_step}] (run trained {result.get('steps')} steps)")
-  task = [train["output_loss"][i] + train["hint_loss"][i]
-          if None not in (train["output_loss"][i], train["hint_loss"][i]) else None
-          for i in idx]
-  gate = [train["gate_term"][i] for i in idx]
-  penalty = [train["gate_penalty"][i] for i in idx]
-  if any(x is None for x in task + gate + penalty):
-    raise CalibrationError("non-finite losses in the calibration window")
-  big_l, big_g, big_p = (sum(x) / len(x) for x in (task, gate, penalty))
-  val = result["curves"]["val"]
-  norms = [n for s, n in zip(val["step"], val["hidden_norm"]) if s <= end_step]
-  return {"L": big_l, "G": big_g, "P": big_p,
-          "share": big_p / (big_l + big_p) if big_l + big_p > 0 else 0.0,
-          "gate_norm": norms[-1] if norms else None,
-          "window": [end_step - window_steps, end_step],
-          "steps": int(result.get("steps", end_step)),
-          "status": result.get("status")}
-
-
-def share_with(lam: float, m: Mapping[str, float]) -> float:
-  """The penalty's share of the total loss had λ been `lam` with m's L and G."""
-  p = lam * m["G"]
-  return p / (m["L"] + p) if m["L"] + p > 0 else 0.0
-
-
-# -- the constant reading's search on log λ ----------------------------------------
-
-
-def _logit(share: float) -> float:
-  share = min(max(share, 1e-9), 1 - 1e-9)
-  return math.log(share / (1 - share))
-
-
-def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float],
-                 factor: float = 10.0) -> Optional[float]:
-  """The next λ to try, or None when the last trial is in the band.
-
-  `trials`: dicts with 'lambda' > 0 and 'share', in the order tried (share
-  None: the trial diverged before the window ended, counted as above the
-  band -- its λ was too large to train with).  While
-  every share is below (above) the band, λ grows (shrinks) by `factor`.
-  Once bracketed -- a trial below the band and one above -- a secant step in
-  (log λ, logit share) between the tightest such pair, or their geometric
-  mean where the secant step would not land strictly inside.  Aims at the
-  band's middle.  Never proposes a λ already tried (returns None instead:
-  the search cannot make progress).
-  """
-  lo, hi = band
-  if not trials:
-    raise ValueError("propose_next needs at least one trial")
-  last = trials[-1]["share"]
-  if last is not None and lo <= last <= hi:
-    return None
-  below = [t for t in trials if t["share"] is not None and t["share"] < lo]
-  above = [t for t in trials if t["share"] is None or t["share"] > hi]
-  if not above:
-    nxt = max(t["lambda"] for t in trials) * factor
-  elif not below:
-    nxt = min(t["lambda"] for t in trials) / factor
-  else:
-    a = max(below, key=lambda t: t["lambda"])   # largest λ still below
-    candidates = [t for t in above if t["lambda"] > a["lambda"]]
-    b = (min(candidates, key=lambda t: t["lambda"]) if candidates
-         else min(above, key=lambda t: abs(math.log(t["lambda"] / a["lambda"]))))
-    xa, xb = math.log(a["lambda"]), math.log(b["lambda"])
-    ya, yb = _logit(a["share"]), _logit(1.0 if b["share"] is None else b["share"])
-    target = _logit(0.5 * (lo + hi))
-    x = None
-    if yb != ya:
-      x = xa + (target - ya) * (xb - xa) / (yb - ya)
-    lo_x, hi_x = min(xa, xb), max(xa, xb)
-    margin = 0.05 * (hi_x - lo_x)
-    if x is None or not lo_x + margin < x < hi_x - margin:
-      x = 0.5 * (xa + xb)
-    nxt = math.exp(x)
-  if any(abs(nxt - t["lambda"]) <= 1e-9 * t["lambda"] for t in trials):
-    return None
-  return nxt
-
-
-def closest_trial(trials: Sequence[Mapping[str, float]],
-                  band: Tuple[float, float]) -> Mapping[str, float]:
-  target = 0.5 * (band[0] + band[1])
-  measured = [t for t in trials if t["share"] is not None]
-  if not measured:
-    raise CalibrationError("every search trial diverged before the calibration step")
-  return min(measured, key=lambda t: abs(t["share"] - target))
-
-
-def search(run_trial: Callable[[int, float], Dict[str, Any]], lambda0: float,
-           band: Tuple[float, float], max_trials: int, factor: float = 10.0
-           ) -> Tuple[List[Dict[str, Any]], Dict[str, Any], bool]:
-  """(trials, chosen trial, in band?) of the search started at `lambda0`.
-
-  `run_trial(i, lam)` trains trial i with λ = lam (or reads it back, when
-  resuming: trials are deterministic in i) and returns its measurement
-  (`measure`'s dict).
-  """
-  if not lambda0 > 0 or not math.isfinite(lambda0):
-    raise CalibrationError(f"the search needs a starting λ > 0, got {lambda0}")
-  trials: List[Dict[str, Any]] = []
-  lam = float(lambda0)
-  for i in range(int(max_trials)):
-    trials.append(dict(run_trial(i, lam), trial=i, **{"lambda": lam}))
-    nxt = propose_next(trials, band, factor)
-    if nxt is None:
-      break
-    lam = nxt
-  last = trials[-1]
-  if last["share"] is not None and band[0] <= last["share"] <= band[1]:
-    return trials, last, True
-  return trials, dict(closest_trial(trials, band)), False
-
-
-# -- records ---------------------------------------------------------------------
-
-
-def calibration_root(results_dir) -> pathlib.Path:
-  return pathlib.Path(results_dir) / CALIBRATION_DIR
-
-
-def record_path(results_dir, reading: str, algorithm: str) -> pathlib.Path:
-  if reading not in READINGS:
-    raise ValueError(f"unknown λ reading {reading!r}; valid: {READINGS}")
-  return calibration_root(results_dir) / reading / f"{algorithm}.json"
-
-
-def lambda0_results_dir(results_dir) -> pathlib.Path:
-  """Where the λ = 0 calibration runs live (shared by both readings)."""
-  return calibration_root(results_dir) / "runs" / "lambda0"
-
-
-def trial_results_dir(results_dir, algorithm: str, seed: int, trial: int) -> pathlib.Path:
-  return (calibration_root(results_dir) / "runs" / "constant" / algorithm
-          / f"seed{int(seed)}" / f"trial{int(trial)}")
-
-
-def check_results_dir(results_dir) -> pathlib.Path:
-  path = pathlib.Path(results_dir).expanduser()
-  if path.exists() and not path.is_dir():
-    raise CalibrationError(f"--results {path} is a file, not a results folder")
-  return path
-
-
-def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
-  runs.atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
-
-
-def read_record(path: pathlib.Path) -> Optional[Dict[str, Any]]:
-  """The record at `path`, None if there is none; CalibrationError if unusable.
-
-  An unreadable record is never overwritten or deleted here: the error names
-  the file, and the user decides (move it aside to recalibrate).
-  """
-  path = pathlib.Path(path)
-  if not path.exists():
-    return None
-  try:
-    record = json.loads(path.read_text())
-  except (OSError, ValueError) as e:
-    raise CalibrationError(f"calibration record {path} is unreadable ({e}); move it "
-                           "aside to recalibrate (it is not overwritten)") from e
-  problems = []
-  if not isinstance(record, dict):
-    problems.append("not a JSON object")
-  else:
-    if record.get("schema") != RECORD_SCHEMA:
-      problems.append(f"schema {record.get('schema')!r}, expected {RECORD_SCHEMA!r}")
-    lam = record.get("lambda")
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0:
-      problems.append(f"lambda {lam!r} is not a number >= 0")
-    for key in ("algorithm", "reading", "settings", "seeds", "calibration_step"):
-      if key not in record:
-        problems.append(f"no {key!r}")
-  if problems:
-    raise CalibrationError(f"calibration record {path} is not a valid record ("
-                           + "; ".join(problems) + "); move it aside to recalibrate "
-                           "(it is not overwritten)")
-  return record
-
-
-def settings_mismatch(record: Mapping[str, Any], settings: Mapping[str, Any]) -> List[str]:
-  """'key: record vs run' for each defining setting that differs."""
-  theirs = record.get("settings", {})
-  out = []
-  for key in SETTINGS_KEYS:
-    if key in settings and runs.normalize(theirs.get(key)) != runs.normalize(settings[key]):
-      out.append(f"{key}: record {theirs.get(key)!r} vs run {settings[key]!r}")
-  return out
-
-
-def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
-                settings: Mapping[str, Any]) -> Tuple[float, Dict[str, Any]]:
-  """(λ, provenance) for a G-ForgetNet run, from its algorithm's record.
-
-  Raises CalibrationError when there is no record (say how to make one), it
-  is unreadable, or it was made with other settings or another calibration
-  heuristic (reading, step, seeds).
-  """
-  path = record_path(results_dir, heuristic.reading, algorithm)
-  record = read_record(path)
-  if record is None:
-    raise CalibrationError(
-        f"no λ calibration record for {algorithm!r} ({heuristic.reading} reading) at "
-        f"{path}: `python launch/sweep.py --gin gin/gforget.gin` calibrates first, or "
-        f"`python -m nar_markov.calibrate --gin <files> --algorithm {algorithm} "
-        "--results <results>`; or bind run_experiment.lambda_gate by hand")
-  problems = settings_mismatch(record, settings)
-  expected = record_heuristic(heuristic, settings["schedule_steps"])
-  for key, value in expected.items():
-    if runs.normalize(record.get(key)) != runs.normalize(value):
-      problems.append(f"{key}: record {record.get(key)!r} vs run {value!r}")
-  if problems:
-    raise CalibrationError(f"calibration record {path} was made with other settings: "
-                           + "; ".join(problems) + ". Use another results folder, or "
-                           "move the record aside to recalibrate")
-  return float(record["lambda"]), {
-      "source": "calibration record", "record": str(path),
-      "reading": record["reading"], "lambda": float(record["lambda"]),
-      "status": record.get("status"), "calibration_step": record["calibration_step"],
-      "window_steps": record.get("window_steps"),
-      "seeds": [s["seed"] for s in record["seeds"]],
-      "share": record.get("share"), "created": record.get("created")}
-
-
-def record_heuristic(h: LambdaHeuristic, schedule_steps: int) -> Dict[str, Any]:
-  """The heuristic's settings a record is keyed by."""
-  out = {"reading": h.reading, "calibration_step": h.calibration_step(schedule_steps),
-         "window_steps": h.window_steps(schedule_steps),
-         "calibration_seeds": list(h.seeds)}
-  if h.reading == "constant":
-    out.update(band=list(h.band), max_trials=h.max_trials)
-  return out
-
-
-def prefix_state(record_info: Mapping[str, Any], seed: int) -> Optional[pathlib.Path]:
-  """The λ = 0 run's saved state at the switch for `seed`, if the record has one."""
-  record = read_record(pathlib.Path(record_info["record"]))
-  for s in record["seeds"]:
-    if s["seed"] == int(seed) and s.get("final_state"):
-      path = pathlib.Path(s["final_state"])
-      return path if path.exists() else None
-  return None
-
-
-# -- calibrating an algorithm ------------------------------------------------------
+from nar_markov.lambda_heuristic import (
+    RECORD_SCHEMA, SETTINGS_KEYS, CalibrationError, LambdaHeuristic, atomic_write_json,
+    check_results_dir, format_records, lambda0_results_dir, load_lambda, measure,
+    read_record, record_heuristic, record_path, search, share_with, trial_results_dir)
 
 
 def log(msg: str) -> None:
@@ -399,20 +35,26 @@ def log(msg: str) -> None:
 
 
 def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaHeuristic] = None,
-                        **run_kwargs) -> Dict[str, Any]:
+                        *, net=None, protocol=None, **run_kwargs) -> Dict[str, Any]:
   """Calibrate λ for `algorithm` (gin parsed: the protocol); write and return its record.
 
   Resumable: finished calibration runs and search trials are read back, a
   killed one resumes from its checkpoint.  A valid record with the same
   settings is returned as it is; one with other settings, or an unreadable
-  one, is an error (never overwritten).  `run_kwargs` go to every
-  run_experiment call (tests: tiny settings).
+  one, is an error (never overwritten).  `net` and `protocol` (None: gin's)
+  are G-ForgetNet's (the history is 'gated' whatever `net` says); the
+  calibration runs take the protocol with train_steps = the calibration step
+  on the same cosine horizon.  `run_kwargs` go to every run_experiment call
+  (cache_dir, progress).
   """
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (imports this module)
   from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax)
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
-  settings = experiment.run_settings_from_gin(algorithm, **run_kwargs)
+  components = experiment.configured(**{k: v for k, v in (("net", net), ("protocol", protocol))
+                                         if v is not None})
+  net = dataclasses.replace(components["net"], history="gated")
+  protocol = components["protocol"]
+  settings = experiment.run_settings_from_gin(algorithm, net=net, protocol=protocol)
   schedule_steps = settings["schedule_steps"]
   path = record_path(results_dir, h.reading, algorithm)
   existing = read_record(path)
@@ -422,14 +64,16 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
     return existing
   step = h.calibration_step(schedule_steps)
   window = h.window_steps(schedule_steps)
-  common = dict(run_kwargs, algorithm=algorithm, model="calibrate",
-                train_steps=step, schedule_steps=schedule_steps)
+  common = dict(run_kwargs, algorithm=algorithm, model="calibrate", net=net,
+                protocol=dataclasses.replace(protocol, train_steps=step,
+                                             schedule_steps=schedule_steps))
   log(f"{algorithm}: {h.reading} reading, calibration step {step} of "
       f"{schedule_steps}, window {window} steps, seeds {list(h.seeds)}")
   per_seed = []
   for seed in h.seeds:
     base_dir = lambda0_results_dir(results_dir)
-    base = train.run_experiment(seed=seed, results_dir=str(base_dir), lambda_gate=0.0,
+    base = train.run_experiment(seed=seed, results_dir=str(base_dir),
+                                penalty=experiment.GatePenalty(0.0, start_step=0),
                                 save_final_state=True, **common)
     m0 = measure(base, step, window)
     if not m0["G"] > 0:
@@ -445,7 +89,8 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
       def run_trial(i, lam, seed=seed):
         trial_dir = trial_results_dir(results_dir, algorithm, seed, i)
         res = train.run_experiment(seed=seed, results_dir=str(trial_dir),
-                                   lambda_gate=lam, **common)
+                                   penalty=experiment.GatePenalty(lam, start_step=0),
+                                   **common)
         if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):
           raise CalibrationError(
               f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "
@@ -501,33 +146,6 @@ def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
   h = LambdaHeuristic()
   calibrate_algorithm(algorithm, results_dir, h)
   return str(record_path(results_dir, h.reading, algorithm))
-
-
-def read_records(results_dir) -> Dict[Tuple[str, str], Any]:
-  """(reading, algorithm) -> record, or the CalibrationError of an unusable one."""
-  out = {}
-  for reading in READINGS:
-    for path in sorted((calibration_root(results_dir) / reading).glob("*.json")):
-      try:
-        out[(reading, path.stem)] = read_record(path)
-      except CalibrationError as e:
-        out[(reading, path.stem)] = e
-  return out
-
-
-def format_records(results_dir) -> str:
-  records = read_records(results_dir)
-  if not records:
-    return f"no λ calibration records under {calibration_root(results_dir)}"
-  lines = []
-  for (reading, alg), rec in sorted(records.items()):
-    if isinstance(rec, Exception):
-      lines.append(f"  {reading:<9} {alg:<30} UNUSABLE: {rec}")
-      continue
-    lines.append(f"  {reading:<9} {alg:<30} λ = {rec['lambda']:.6g}  share "
-                 f"{rec.get('share', float('nan')):.3f}  step {rec['calibration_step']}  "
-                 f"seeds {[s['seed'] for s in rec['seeds']]}  {rec.get('status')}")
-  return "\n".join(lines)
 
 
 def main(argv=None) -> int:

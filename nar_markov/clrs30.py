@@ -1,4 +1,4 @@
-"""CLRS-30's names and train sizes, and where generated data are cached -- without importing clrs.
+"""CLRS-30's names, train sizes and validation modes, and where generated data are cached -- without importing clrs.
 
 The launcher, ``--status``, ``--dry-run`` and the analysis need these facts but not jax,
 haiku, clrs or TensorFlow; nar_markov.data (which samples with clrs) takes them from here,
@@ -25,6 +25,9 @@ STRING_MATCHERS = ("naive_string_matcher", "kmp_matcher")
 # run.py's --length_needle default: needle length uniform in 1..8 (train only).
 TRAIN_LENGTH_NEEDLE = -8
 MIN_STRING_MATCHER_NODES = 2 * abs(TRAIN_LENGTH_NEEDLE) + 1
+# How validation samples are drawn (nar_markov.data.ValidationPool): 'resample' as
+# run.py (fresh draws with replacement at every evaluation), 'fixed' the same each time.
+VALIDATION_MODES = ("resample", "fixed")
 
 
 def check_algorithm(name: str) -> str:

@@ -30,6 +30,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import gin
 import submitit
 
+from nar_markov import clrs30
+from nar_markov import config as config_lib
+from nar_markov import experiment
+from nar_markov import lambda_heuristic
 from nar_markov import runs as runs_lib
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
@@ -231,7 +235,6 @@ def _axes() -> Dict[str, Any]:
 
 
 def _bound_value(binding_key: str):
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
   return config_lib.bound_value(binding_key)
 
 
@@ -246,9 +249,6 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   G-ForgetNet has no lambda for -- before anything runs.
   Leaves gin parsed, so `slurm_resources()` returns this sweep's resources.
   """
-  from nar_markov import clrs30  # pylint: disable=g-import-not-at-top
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
 
   config_lib.parse_gin(list(gin_files), list(gin_params))
   files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
@@ -261,10 +261,10 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 
   axes = _axes()
   seeds_per_job, multitask = axes["seeds_per_job"], axes["multitask"]
-  model = query("run_experiment.model", "the model")
-  if model not in experiment.MODELS:
-    raise ValueError(f"unknown model {model!r} (run_experiment.model); "
-                     f"valid: {sorted(experiment.MODELS)}")
+  query("run_experiment.model", "the model's label")
+  components = experiment.configured()
+  model = experiment.check_label(components["model"], components["net"],
+                                 components["penalty"])
   if multitask != model.endswith(experiment.MULTITASK_SUFFIX):
     raise ValueError(
         f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
@@ -290,16 +290,17 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
     if len(set(dupes)) != len(dupes):
       raise ValueError(f"{what} has duplicates: {dupes!r}")
 
-  # G-ForgetNet's per-algorithm lambda: refuse a bad one here rather than in N
-  # jobs.  None (gin/gforget.gin) comes from calibration records, which the
-  # sweep makes first where missing (`calibration_plan`).
-  lambda_gate = lambda_from_gin()
+  # The components (net, protocol, penalty) and G-ForgetNet's per-algorithm
+  # lambda: refuse a bad one here rather than in N jobs.  A lambda from
+  # calibration records (gin/gforget.gin) is checked by `calibration_plan`, which
+  # the sweep makes first where missing.
+  penalty = components["penalty"]
   if multitask:
     for a in algorithms:  # multi-task lambda is bound by hand: check it all
       experiment.run_definition_from_gin(a, results_dir, algorithms=algorithms)
-  elif lambda_gate is not None:
+  elif not experiment.needs_calibration(penalty):
     for a in algorithms:
-      experiment.resolve_lambda(lambda_gate, a, model)
+      experiment.resolve_lambda(penalty, a, settings=experiment.run_settings_from_gin(a))
   slurm_resources()  # validates the Slurm section's values
 
   results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
@@ -322,21 +323,12 @@ def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Opti
   seed; multi-task runs name the algorithms trained together.  Call
   after `expand_runs` (gin parsed).
   """
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
   if not runs:
     return {}
   per_alg = {a: experiment.run_definition_from_gin(a, runs[0].results_dir,
                                               algorithms=runs[0].job_algorithms or None)
              for a in {r.algorithm for r in runs}}
   return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
-
-
-def lambda_from_gin():
-  """run_experiment.lambda_gate as gin binds it; None where unbound (from records)."""
-  try:
-    return _bound_value("run_experiment.lambda_gate")
-  except ValueError:
-    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,8 +346,7 @@ class Calibration:
 
   @property
   def record_path(self) -> pathlib.Path:
-    from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
-    return calibrate.record_path(self.results_dir, self.reading, self.algorithm)
+    return lambda_heuristic.record_path(self.results_dir, self.reading, self.algorithm)
 
   def job_args(self) -> Tuple[str, Dict[str, Any]]:
     """The arguments of `Job.__call__`."""
@@ -371,30 +362,26 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
   made with other settings: the sweep refuses to go on (nothing is
   overwritten).  Call after `expand_runs` (gin parsed).
   """
-  from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
   if not runs or runs[0].multitask:
     return [], {}, []
-  model = runs[0].model
-  if (experiment.MODELS.get(model) != "gated" or model in experiment._ZERO_LAMBDA_MODELS  # pylint: disable=protected-access
-      or model == "calibrate" or lambda_from_gin() is not None):
+  if not experiment.needs_calibration(experiment.configured()["penalty"]):
     return [], {}, []
-  heuristic = calibrate.LambdaHeuristic()
+  heuristic = lambda_heuristic.LambdaHeuristic()
   todo, have, problems = [], {}, []
   seen = set()
   for run in runs:
     if run.algorithm in seen:
       continue
     seen.add(run.algorithm)
-    path = calibrate.record_path(run.results_dir, heuristic.reading, run.algorithm)
+    path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm)
     try:
-      if calibrate.read_record(path) is None:
+      if lambda_heuristic.read_record(path) is None:
         todo.append(Calibration(run.algorithm, heuristic.reading, run.gin_files,
                                 run.gin_params, run.results_dir))
         continue
       settings = experiment.run_settings_from_gin(run.algorithm)
-      lam, info = calibrate.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
+      lam, info = lambda_heuristic.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
       have[run.algorithm] = dict(info, **{"lambda": lam})
-    except calibrate.CalibrationError as e:
+    except lambda_heuristic.CalibrationError as e:
       problems.append(str(e))
   return todo, have, problems

@@ -1,4 +1,4 @@
-"""Gin at the edges: parse config files whose includes resolve from the repo root.
+"""Gin at the edges: parse config files whose includes resolve from the repo root (imports none of ours).
 
 Slurm jobs start in arbitrary working directories, so `include 'gin/base.gin'`
 must not depend on the cwd: the repository root is added to gin's search path,
@@ -8,8 +8,6 @@ then the repository root.
 
 from __future__ import annotations
 
-import importlib
-import os
 import pathlib
 from typing import Sequence
 
@@ -17,21 +15,6 @@ import gin
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 GIN_DIR = REPO_ROOT / "gin"
-
-# Modules whose configurables gin files may bind; importing registers them.  None of
-# them imports jax, haiku, clrs or TensorFlow: parsing a sweep's gin files is cheap
-# (``--status``, ``--dry-run``); training imports nar_markov.train when it starts.
-_CONFIGURABLE_MODULES = ("nar_markov.clrs30", "nar_markov.experiment",
-                         "nar_markov.calibrate", "nar_markov.cluster")
-
-
-def register_configurables() -> None:
-  for name in _CONFIGURABLE_MODULES:
-    try:
-      importlib.import_module(name)
-    except ModuleNotFoundError as e:
-      if e.name != name:  # a real import error inside the module
-        raise
 
 
 def resolve_gin_file(path: str) -> str:
@@ -48,12 +31,15 @@ def resolve_gin_file(path: str) -> str:
 
 def parse_gin(gin_files: Sequence[str], gin_params: Sequence[str] = (),
               finalize: bool = False) -> None:
-  """Clear gin, register configurables, parse files then bindings.
+  """Clear gin, parse files then bindings.
+
+  A gin file names the modules it configures with `import` lines, as
+  gin/base.gin does (gin imports them): this module imports none of ours, so
+  nothing here forms a cycle, and parsing a sweep's files imports no jax.
 
   Raises ValueError naming the problem for a missing file, an unknown
   configurable or parameter, or a binding that does not parse.
   """
-  register_configurables()
   gin.clear_config()
   gin.add_config_file_search_path(str(REPO_ROOT))
   files = [resolve_gin_file(f) for f in gin_files]

@@ -25,9 +25,8 @@ import functools
 import json
 import pathlib
 import statistics
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Sequence
 
-import gin
 
 _HERE = pathlib.Path(__file__).resolve().parent
 MEASURED_FILE = _HERE / "cost_cpu.json"
@@ -153,29 +152,19 @@ def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
   return dict(collections.Counter(algorithms))
 
 
-def _query(keys: Sequence[str], default=None):
-  """The first bound gin value of `keys`, following macros (`x = %NAME`)."""
-  for key in keys:
-    try:
-      value = gin.query_parameter(key)
-    except ValueError:
-      continue
-    while (isinstance(value, gin.config.ConfigurableReference)
-           and value.configurable.name == "macro"):
-      value = gin.query_parameter(
-          f"{value.scoped_selector.rpartition('/')[0]}/macro.value")
-    return value
-  return default
-
-
 def settings_from_gin() -> Dict[str, Any]:
-  """The settings `estimate_run` reads, from the gin config parsed last."""
-  names = ["train_steps", "hidden_size", "batch_size", "train_lengths",
-           "eval_every_steps", "val_max_samples", "test_max_samples"]
-  out = {n: _query([f"run_experiment.{n}"])
-         for n in names}
-  out["seeds_per_job"] = _query(["sweep_axes.seeds_per_job"], 1)
-  if isinstance(out["train_lengths"], dict):   # multi-task: per algorithm
+  """The settings `estimate_run` and the calibration estimate read, from the
+  components of the gin config parsed last (nar_markov.experiment.configured)."""
+  from nar_markov import cluster  # pylint: disable=g-import-not-at-top  (no jax)
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
+  c = experiment.configured()
+  protocol, net = c["protocol"], c["net"]
+  out = {n: getattr(protocol, n) for n in (
+      "train_steps", "batch_size", "train_lengths", "eval_every_steps",
+      "val_max_samples", "test_max_samples", "schedule_steps")}
+  out["hidden_size"] = net.hidden_size
+  out["seeds_per_job"] = cluster.sweep_axes()["seeds_per_job"]
+  if isinstance(out["train_lengths"], Mapping):   # per algorithm
     out["train_lengths"] = None
   return out
 
@@ -232,7 +221,7 @@ def format_calibration_estimate(algorithms: Sequence[str], settings: Mapping[str
                                 heuristic) -> str:
   """Stage 1 of a G-ForgetNet sweep: the lambda calibrations' cost (ESTIMATES).
 
-  `heuristic`: nar_markov.calibrate.LambdaHeuristic.  Each calibration seed
+  `heuristic`: nar_markov.lambda_heuristic.LambdaHeuristic.  Each calibration seed
   trains to the calibration step (0.6 of the schedule); under 'constant' each
   seed adds up to max_trials search runs of that length.  Under 'schedule'
   (with reuse_calibration_prefix) the G-ForgetNet run of a calibration seed

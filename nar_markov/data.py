@@ -415,7 +415,7 @@ class TrainStream:
 # --------------------------------------------------------------------------
 # Validation, as run.py validates.
 
-VALIDATION_MODES = ("resample", "fixed")
+VALIDATION_MODES = clrs30.VALIDATION_MODES
 _VAL_BATCH_SIZE = 32  # run.py's val_args batch_size
 
 

@@ -1,97 +1,229 @@
-"""What a run is, importable without jax: the run_experiment configurable, model labels, settings, lambda.
+"""What a run is, importable without jax: run_experiment, its Protocol and GatePenalty, settings, lambda.
 
-`run_experiment` is the gin-configurable entry point of every run (gin/base.gin binds
-`run_experiment.*`); it checks and resolves its arguments here and trains with
-nar_markov.train (imported only then).  Everything that says what a run IS -- the model
-labels and their history policies, the settings that define a run (`run_settings`), its
-lambda (`resolve_lambda`) and definition (`run_definition`), the seeds and algorithms of a
-job -- lives here, so that the launcher, ``--status``, ``--dry-run`` and the calibration
-plan know a sweep's runs without importing jax, haiku, clrs or TensorFlow.
+`run_experiment` is the gin-configurable entry point of every run.  What it trains is a
+label (`run_experiment.model`: the results folder and the table column, nothing more) and
+three components, each its own configurable: the net (`NetConfig`, nar_markov/netconfig.py:
+the history policy and the architecture), the `Protocol` (optimisation, sizes, validation,
+cadence) and, for G-ForgetNet only, the `GatePenalty` (lambda and where it comes from).
+Everything that says what a run IS -- its components, the settings that define it
+(`run_settings`), its lambda (`resolve_lambda`) and definition (`run_definition`), the
+seeds and algorithms of a job -- lives here, so that the launcher, ``--status``,
+``--dry-run`` and the calibration plan know a sweep's runs without importing jax, haiku,
+clrs or TensorFlow; training imports nar_markov.train only when it starts.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import copy
 import dataclasses
 import inspect
 import math
 import pathlib
+import re
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
 import numpy as np
 
-from nar_markov import calibrate as calibrate_lib
 from nar_markov import clrs30
+from nar_markov import config as config_lib
+from nar_markov import lambda_heuristic
 from nar_markov import runs
+from nar_markov.netconfig import NetConfig
 
-# nar_markov.data.ValidationPool's modes (kept equal there).
-VALIDATION_MODES = ("resample", "fixed")
+VALIDATION_MODES = clrs30.VALIDATION_MODES
 run_dir = runs.run_dir
 
-# Model name -> history policy.  `gforget_constant` is G-ForgetNet under the
-# other reading of the lambda heuristic (gin/gforget_constant.gin);
-# `gforget_nopenalty` is the paper's penalty ablation (lambda = 0);
-# `calibrate` is a calibration run of the lambda heuristic, trained with the
-# lambda it is given from step 0 (nar_markov/calibrate.py).
-MODELS = {
-    "baseline": "full",
-    "forget": "none",
-    "gforget": "gated",
-    "gforget_constant": "gated",
-    "gforget_nopenalty": "gated",
-    "calibrate": "gated",
-}
 # A multi-task label: one processor trained on a list of algorithms (gin/multitask.gin).
+# The suffix keeps multi-task results in folders (and table columns) of their own.
 MULTITASK_SUFFIX = "_multitask"
-MODELS.update({name + MULTITASK_SUFFIX: MODELS[name]
-               for name in ("baseline", "forget", "gforget", "gforget_nopenalty")})
-_ZERO_LAMBDA_MODELS = ("gforget_nopenalty",)
-# How a multi-task step updates the shared processor (run_experiment).
+# How a multi-task step updates the shared processor (Protocol.multitask_update).
 MULTITASK_UPDATES = ("per_algorithm", "summed")
+# A label names a results folder: lower-case letters, digits, underscores.
+_LABEL = re.compile(r"[a-z][a-z0-9_]*")
 
-def resolve_lambda(lambda_gate: Union[None, float, Mapping[str, float]],
-                   algorithm: str, model: str, *, results_dir=None,
-                   heuristic: Optional[calibrate_lib.LambdaHeuristic] = None,
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """How a run trains, validates, tests and checkpoints (gin: ``Protocol.*``).
+
+  The defaults are the paper's protocol, which is dm-clrs examples/run.py's
+  (gin/base.gin binds each of them, with the reason):
+    train_steps, batch_size, learning_rate, grad_clip_max_norm: Adam with a
+      cosine decay from 1.5e-3, batch 32, gradient-norm clipping at 1.0.
+    schedule_steps: horizon of the cosine decay in steps; None = train_steps
+      (the lambda calibration trains 6,000 steps on the 10,000-step schedule).
+    train_lengths: one list for all algorithms, or a dict algorithm -> list.
+      Either way the string matchers train at (max * 5) // 4 nodes of their
+      list (clrs30.train_lengths).
+    validation_mode: 'resample' (run.py: every evaluation draws 2 x 32 x
+      multiplier samples with replacement from a pool sampled with the
+      training settings at the largest train size) or 'fixed' (that pool, the
+      same samples each time); nar_markov.data.ValidationPool.
+    multitask_update: several algorithms only.  'per_algorithm' (run.py, the
+      default): every step takes one clipped Adam update per algorithm, in
+      list order, each on that algorithm's own batch, with the other
+      algorithms' encoders/decoders and their Adam moments left untouched
+      (dm-clrs `filter_null_grads`); the cosine schedule then spans
+      train_steps x len(algorithms) updates.  'summed': one update per step on
+      the sum of the algorithms' losses (the named departure, for comparison).
+    eval_every_steps, log_every_steps, checkpoint_every_steps: how often.
+    val_max_samples / test_max_samples: evaluate on the first k samples only
+      (smoke tests); None = the whole official split.
+    val_batch_size / test_batch_size: None (test) picks a size that bounds
+      evaluation memory.
+  """
+  train_steps: int = 10_000
+  batch_size: int = 32
+  learning_rate: float = 1.5e-3
+  grad_clip_max_norm: float = 1.0
+  schedule_steps: Optional[int] = None
+  train_lengths: Union[Sequence[int], Mapping[str, Sequence[int]]] = clrs30.TRAIN_LENGTHS
+  validation_mode: str = "resample"
+  multitask_update: str = "per_algorithm"
+  eval_every_steps: int = 50
+  log_every_steps: int = 10
+  checkpoint_every_steps: int = 500
+  val_max_samples: Optional[int] = None
+  test_max_samples: Optional[int] = None
+  val_batch_size: int = 32
+  test_batch_size: Optional[int] = None
+
+  def __post_init__(self):
+    check_protocol(train_steps=self.train_steps, batch_size=self.batch_size,
+                   eval_every_steps=self.eval_every_steps,
+                   log_every_steps=self.log_every_steps,
+                   checkpoint_every_steps=self.checkpoint_every_steps,
+                   val_batch_size=self.val_batch_size,
+                   learning_rate=self.learning_rate)
+    if self.validation_mode not in VALIDATION_MODES:
+      raise ValueError(f"unknown validation_mode {self.validation_mode!r}; "
+                       f"valid: {VALIDATION_MODES}")
+    if self.multitask_update not in MULTITASK_UPDATES:
+      raise ValueError(f"unknown multitask_update {self.multitask_update!r}; "
+                       f"valid: {MULTITASK_UPDATES}")
+
+  @property
+  def horizon(self) -> int:
+    """The cosine schedule's horizon in steps."""
+    return int(self.schedule_steps or self.train_steps)
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class GatePenalty:
+  """G-ForgetNet's gate penalty, lambda * sum_i ||g_i(t)|| (paper Eq. 6; gin: ``GatePenalty.*``).
+
+  Bound only where G-ForgetNet needs it: gin/gforget.gin sets
+  ``run_experiment.penalty = @GatePenalty()``; without it a run has no penalty
+  (the baseline, ForgetNet, and the penalty ablation gin/gforget_nopenalty.gin).
+
+  lambda_gate: None (gin/gforget.gin): read from the algorithm's calibration
+    record under the results folder (nar_markov/lambda_heuristic.py); a float, or a
+    dict algorithm -> float, bound by hand.
+  start_step: the first penalised step.  None: where the lambda heuristic's
+    reading says (`LambdaHeuristic.reading`: schedule -> the calibration step,
+    constant -> 0); an int: from that step, with `lambda_gate` given (the
+    calibration's own runs: 0).  Multi-task runs: always 0.
+  """
+  lambda_gate: Union[None, float, Mapping[str, float]] = None
+  start_step: Optional[int] = None
+
+  def __post_init__(self):
+    if self.start_step is not None:
+      if isinstance(self.start_step, bool) or int(self.start_step) < 0:
+        raise ValueError(f"start_step must be an int >= 0 or None, got {self.start_step!r}")
+      if self.lambda_gate is None:
+        raise ValueError("GatePenalty.start_step is set: give lambda_gate too "
+                         "(the calibration record is read only with start_step None)")
+
+
+# The paper's labels (the tables' columns, analysis/labels.py): what a run under
+# one of them must be.  A check, never a lookup -- the net and penalty decide what
+# is trained; this keeps a results folder from holding another model than its name.
+PAPER_LABELS = {
+    "baseline": ("full", False),        # (NetConfig.history, has a GatePenalty)
+    "forget": ("none", False),
+    "gforget": ("gated", True),
+    "gforget_constant": ("gated", True),
+    "gforget_nopenalty": ("gated", False),
+    "calibrate": ("gated", True),       # the lambda calibration's own runs
+}
+
+
+def check_label(model: Any, net: Optional[NetConfig] = None,
+                penalty: Optional["GatePenalty"] = None) -> str:
+  """`model`, a run's label (its results folder, its table column), if usable:
+  a folder name, and for one of the paper's labels (with or without
+  `_multitask`) the history and penalty that label stands for."""
+  if model is gin.REQUIRED or not isinstance(model, str) or not _LABEL.fullmatch(model):
+    raise ValueError(
+        f"run_experiment.model must be a label: lower-case letters, digits and "
+        f"underscores, starting with a letter (e.g. 'gforget'), got {model!r}")
+  base = model[:-len(MULTITASK_SUFFIX)] if model.endswith(MULTITASK_SUFFIX) else model
+  if net is not None and base in PAPER_LABELS:
+    history, has_penalty = PAPER_LABELS[base]
+    if net.history != history or (penalty is not None) != has_penalty:
+      raise ValueError(
+          f"label {model!r} is the paper's {base!r}: NetConfig.history = {history!r} "
+          f"{'with' if has_penalty else 'without'} a gate penalty, but this run has "
+          f"history {net.history!r} {'with' if penalty is not None else 'without'} one "
+          "(a model file binds both: gin/baseline.gin, gin/forget.gin, gin/gforget.gin; "
+          "another model needs a label of its own)")
+  return model
+
+
+def resolve_lambda(penalty: Optional[GatePenalty], algorithm: str, *, results_dir=None,
+                   heuristic: Optional[lambda_heuristic.LambdaHeuristic] = None,
                    settings: Optional[Mapping[str, Any]] = None
                    ) -> Tuple[float, int, Optional[Dict[str, Any]]]:
-  """(lambda, first penalised step, provenance) of a run.
+  """(lambda, first penalised step, provenance) of a single-task run.
 
-  No gate or the penalty ablation: (0, 0, None).  A calibration run
-  (`calibrate`): the float it is given, from step 0.  G-ForgetNet: the
-  penalty starts where the heuristic's reading says (schedule: at the
-  calibration step; constant: at 0) and lambda is, in this order, a float
-  bound by hand, a per-algorithm dict bound in gin, or -- `lambda_gate=None`,
-  gin/gforget.gin's default -- read from the algorithm's calibration record
-  under `results_dir` (nar_markov/calibrate.py).
+  No penalty: (0, 0, None).  A penalty with a start step (the calibration's
+  runs): its lambda from that step.  G-ForgetNet: the penalty starts where the
+  heuristic's reading says (schedule: at the calibration step; constant: at 0)
+  and lambda is, in this order, a float bound by hand, a per-algorithm dict
+  bound in gin, or -- `lambda_gate=None`, gin/gforget.gin's default -- read
+  from the algorithm's calibration record under `results_dir`
+  (nar_markov/lambda_heuristic.py).
   """
-  if model in _ZERO_LAMBDA_MODELS or MODELS.get(model) != "gated":
-    return 0.0, 0, None  # no gate, no penalty: lambda is not used
-  if model == "calibrate":
-    return _check_lambda(0.0 if lambda_gate is None else lambda_gate), 0, {
-        "source": "calibration run"}
-  h = heuristic or calibrate_lib.LambdaHeuristic()
+  if penalty is None:
+    return 0.0, 0, None
+  if penalty.start_step is not None:
+    lam = _lambda_of(penalty.lambda_gate, algorithm)
+    return lam, int(penalty.start_step), {
+        "source": "bound by hand", "lambda": lam, "penalty_start_step": int(penalty.start_step)}
+  h = heuristic or lambda_heuristic.LambdaHeuristic()
   schedule_steps = int((settings or {}).get("schedule_steps") or 0)
   start = h.penalty_start(schedule_steps) if schedule_steps else 0
   info = {"reading": h.reading, "penalty_start_step": start}
-  if lambda_gate is None:
+  if penalty.lambda_gate is None:
     if results_dir is None or settings is None:
-      raise ValueError("lambda_gate is None (read it from the calibration record) "
-                       "but no results_dir/settings to find the record with")
-    lam, provenance = calibrate_lib.load_lambda(results_dir, algorithm, h, settings)
+      raise ValueError("GatePenalty.lambda_gate is None (read it from the calibration "
+                       "record) but no results_dir/settings to find the record with")
+    lam, provenance = lambda_heuristic.load_lambda(results_dir, algorithm, h, settings)
     return _check_lambda(lam), start, {
         **provenance, **info, "reuse_calibration_prefix": h.reuse_calibration_prefix}
+  lam = _lambda_of(penalty.lambda_gate, algorithm)
+  source = "gin table" if isinstance(penalty.lambda_gate, Mapping) else "bound by hand"
+  return lam, start, {"source": source, "lambda": lam, **info}
+
+
+def _lambda_of(lambda_gate: Union[float, Mapping[str, float]], algorithm: str) -> float:
+  """A lambda bound by hand: a float, or `algorithm`'s entry of a dict."""
   if isinstance(lambda_gate, Mapping):
     if algorithm not in lambda_gate:
       raise ValueError(
-          f"lambda_gate has no value for {algorithm!r}; bind "
-          "run_experiment.lambda_gate = None to read it from the calibration "
-          "record, or to a float")
-    lam = _check_lambda(lambda_gate[algorithm])
-    return lam, start, {"source": "gin table", "lambda": lam, **info}
-  lam = _check_lambda(lambda_gate)
-  return lam, start, {"source": "bound by hand", "lambda": lam, **info}
+          f"GatePenalty.lambda_gate has no value for {algorithm!r}; bind it to None "
+          "to read it from the calibration record, or to a float")
+    return _check_lambda(lambda_gate[algorithm])
+  if lambda_gate is None:
+    raise ValueError("GatePenalty.lambda_gate is None here: bind a float, or a dict "
+                     "algorithm -> float")
+  return _check_lambda(lambda_gate)
 
 
 def _check_lambda(value) -> float:
@@ -102,44 +234,55 @@ def _check_lambda(value) -> float:
 
 
 # What defines a run's training, beside its algorithm and seed (result.json
-# "settings"; what a calibration record must agree on, nar_markov/calibrate.py).
-_SETTINGS_ARGS = ("train_steps", "batch_size", "hidden_size", "learning_rate",
-                  "grad_clip_max_norm", "schedule_steps", "train_lengths",
-                  "processor", "nb_triplet_fts", "gate_mlp_layers", "gate_bias_init")
+# "settings"; what a calibration record must agree on, nar_markov/lambda_heuristic.py):
+# these fields of the Protocol and of the NetConfig.
+_PROTOCOL_SETTINGS = ("train_steps", "batch_size", "learning_rate", "grad_clip_max_norm",
+                      "schedule_steps", "train_lengths")
+_NET_SETTINGS = ("hidden_size", "processor", "nb_triplet_fts", "gate_mlp_layers",
+                 "gate_bias_init")
 
 
-def run_settings(algorithm: str, **kwargs) -> Dict[str, Any]:
-  """The defining settings of a run of `algorithm` with run_experiment's `kwargs`."""
+def run_settings(algorithm: str, protocol: Protocol, net: NetConfig,
+                 train_lengths: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+  """The defining settings of a run of `algorithm` (train_lengths: its own,
+  else the protocol's, which must then be one list)."""
   out = {"algorithm": algorithm}
-  for key in _SETTINGS_ARGS:
-    out[key] = kwargs[key]
-  out["schedule_steps"] = int(out["schedule_steps"] or out["train_steps"])
+  out.update({k: getattr(protocol, k) for k in _PROTOCOL_SETTINGS})
+  out.update({k: getattr(net, k) for k in _NET_SETTINGS})
+  if train_lengths is not None:
+    out["train_lengths"] = train_lengths
+  out["schedule_steps"] = protocol.horizon
   out["train_lengths"] = [int(n) for n in clrs30.train_lengths(algorithm, out["train_lengths"])]
   for key in ("learning_rate", "grad_clip_max_norm", "gate_bias_init"):
     out[key] = float(out[key])
   return out
 
 
-def gin_arguments(*names: str, **overrides) -> Dict[str, Any]:
-  """run_experiment's arguments `names` as gin (parsed) and `overrides` would call it."""
-  import inspect  # pylint: disable=g-import-not-at-top
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+def configured(**given) -> Dict[str, Any]:
+  """run_experiment's label and components as gin (parsed) would call it:
+  model, net, protocol and penalty -- `given` ones as they are, the others
+  from the gin bindings (and the configurables' defaults).  No jax."""
   params = inspect.signature(run_experiment).parameters
   out = {}
-  for name in names:
-    if name in overrides:
-      out[name] = overrides[name]
+  for name in ("model", "net", "protocol", "penalty"):
+    if name in given:
+      out[name] = given[name]
       continue
     try:
-      out[name] = config_lib.bound_value(f"run_experiment.{name}")
+      # deepcopy evaluates a configurable reference (`@GatePenalty()`) as gin would.
+      out[name] = copy.deepcopy(config_lib.bound_value(f"run_experiment.{name}"))
     except ValueError:
       out[name] = params[name].default
+  out["net"] = out["net"] if out["net"] is not None else NetConfig()
+  out["protocol"] = out["protocol"] if out["protocol"] is not None else Protocol()
   return out
 
 
-def run_settings_from_gin(algorithm: str, **overrides) -> Dict[str, Any]:
-  """`run_settings` of run_experiment as gin (parsed) and `overrides` would call it."""
-  return run_settings(algorithm, **gin_arguments(*_SETTINGS_ARGS, **overrides))
+def run_settings_from_gin(algorithm: str, **given) -> Dict[str, Any]:
+  """`run_settings` of `algorithm` with the components gin (parsed) would use."""
+  c = configured(**given)
+  lengths = resolve_train_lengths(c["protocol"].train_lengths, algorithm)
+  return run_settings(algorithm, c["protocol"], c["net"], lengths)
 
 
 def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
@@ -167,22 +310,26 @@ def run_definition_from_gin(algorithm: str, results_dir,
   Lambda from a calibration record that does not exist yet (or cannot be
   used: the sweep reports that itself) is left out: not compared.
   """
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  model = config_lib.bound_value("run_experiment.model")
-  lambda_gate = gin_arguments("lambda_gate")["lambda_gate"]
+  c = configured()
+  model = check_label(c["model"])
   if model.endswith(MULTITASK_SUFFIX):
-    args = gin_arguments(*_SETTINGS_ARGS, "multitask_update")
-    tasks = _make_tasks(model, list(algorithms or [algorithm]), lambda_gate, results_dir,
-                        args.pop("train_lengths"), args.pop("multitask_update"), **args)
+    tasks = _make_tasks(model, list(algorithms or [algorithm]), c["penalty"], results_dir,
+                        c["protocol"], c["net"])
     return next(t.definition for t in tasks if t.algorithm == algorithm)
   settings = run_settings_from_gin(algorithm)
   try:
-    lam, start, info = resolve_lambda(lambda_gate, algorithm, model,
+    lam, start, info = resolve_lambda(c["penalty"], algorithm,
                                       results_dir=results_dir, settings=settings)
-  except calibrate_lib.CalibrationError:
-    h = calibrate_lib.LambdaHeuristic()
+  except lambda_heuristic.CalibrationError:
+    h = lambda_heuristic.LambdaHeuristic()
     lam, start, info = None, h.penalty_start(settings["schedule_steps"]), {"reading": h.reading}
   return run_definition(model, algorithm, settings, lam, start, info)
+
+
+def needs_calibration(penalty: Optional[GatePenalty]) -> bool:
+  """Whether runs with `penalty` read lambda from a calibration record."""
+  return (penalty is not None and penalty.lambda_gate is None
+          and penalty.start_step is None)
 
 
 def check_protocol(*, learning_rate: float, **counts: int) -> None:
@@ -279,8 +426,8 @@ class _Task:
   test_batch_size: int = 32
 
 
-def _make_tasks(model: str, algorithms: Sequence[str], lambda_gate, results_dir,
-                train_lengths, multitask_update: str, **settings_args) -> List[_Task]:
+def _make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePenalty],
+                results_dir, protocol: Protocol, net: NetConfig) -> List[_Task]:
   """The `_Task` of each algorithm: settings, lambda and definition.
 
   A multi-task label trains one processor on all `algorithms`; its settings
@@ -288,22 +435,21 @@ def _make_tasks(model: str, algorithms: Sequence[str], lambda_gate, results_dir,
   and on from step 0 (the heuristic's calibration is single-task).
   """
   multitask = model.endswith(MULTITASK_SUFFIX)
+  if multitask and needs_calibration(penalty):
+    raise ValueError(
+        f"{model} needs GatePenalty.lambda_gate bound by hand (a float, or a dict "
+        "algorithm -> float): the lambda heuristic's calibration is single-task")
   tasks = []
   for k, alg in enumerate(algorithms):
-    lengths = resolve_train_lengths(train_lengths, alg)
-    settings = run_settings(alg, train_lengths=lengths, **settings_args)
+    lengths = resolve_train_lengths(protocol.train_lengths, alg)
+    settings = run_settings(alg, protocol, net, lengths)
     if multitask:
       settings.update(multitask_algorithms=list(algorithms),
-                      multitask_update=multitask_update)
-      base = model[:-len(MULTITASK_SUFFIX)]
-      if MODELS[model] == "gated" and base not in _ZERO_LAMBDA_MODELS and lambda_gate is None:
-        raise ValueError(
-            f"{model} needs run_experiment.lambda_gate bound by hand (a float, or a dict "
-            "algorithm -> float): the lambda heuristic's calibration is single-task")
-      lam = resolve_lambda(lambda_gate, alg, base)[0]
+                      multitask_update=protocol.multitask_update)
+      lam = 0.0 if penalty is None else _lambda_of(penalty.lambda_gate, alg)
       start, info = 0, None
     else:
-      lam, start, info = resolve_lambda(lambda_gate, alg, model, results_dir=results_dir,
+      lam, start, info = resolve_lambda(penalty, alg, results_dir=results_dir,
                                         settings=settings)
     tasks.append(_Task(index=k, algorithm=alg, lengths=lengths, lam=lam,
                        penalty_start=start, lambda_info=info, settings=settings,
@@ -325,89 +471,53 @@ def run_experiment(*,
                    seed: Union[int, Sequence[int]],
                    model: str = gin.REQUIRED,
                    results_dir: str = "results",
-                   train_steps: int = 10_000,
-                   batch_size: int = 32,
-                   hidden_size: int = 128,
-                   learning_rate: float = 1.5e-3,
-                   grad_clip_max_norm: float = 1.0,
-                   schedule_steps: Optional[int] = None,
-                   lambda_gate: Union[None, float, Mapping[str, float]] = None,
-                   train_lengths: Union[Sequence[int], Mapping[str, Sequence[int]]] =
-                   clrs30.TRAIN_LENGTHS,
-                   validation_mode: str = "resample",
-                   multitask_update: str = "per_algorithm",
-                   eval_every_steps: int = 50,
-                   log_every_steps: int = 10,
-                   checkpoint_every_steps: int = 500,
-                   val_max_samples: Optional[int] = None,
-                   test_max_samples: Optional[int] = None,
-                   val_batch_size: int = 32,
-                   test_batch_size: Optional[int] = None,
-                   processor: str = "triplet_gmpnn",
-                   nb_triplet_fts: int = 8,
-                   gate_mlp_layers: int = 2,
-                   gate_bias_init: float = 0.0,
-                   impl: str = "auto",
+                   net: Optional[NetConfig] = None,
+                   protocol: Optional[Protocol] = None,
+                   penalty: Optional[GatePenalty] = None,
                    cache_dir: Optional[str] = None,
                    stop_after_steps: Optional[int] = None,
                    save_final_state: bool = False,
                    progress: bool = True) -> Any:
-  """Train `model` on `algorithm` with `seed`; write and return the result dict(s).
+  """Train the net on `algorithm` with `seed`; write and return the result dict(s).
 
   The one training loop, as dm-clrs's run.py: a job trains a LIST of
   algorithms with one processor (single-task is a list of one) for one or
-  more seeds.
+  more seeds.  What is trained is given by three components, each its own
+  gin configurable (gin/base.gin and the model files bind them):
 
-  Args (all gin-bindable except algorithm/seed/results_dir, which the sweep sets):
+    net: NetConfig -- the history policy (baseline 'full', ForgetNet 'none',
+      G-ForgetNet 'gated') and the architecture.  None: NetConfig() with its
+      gin bindings.
+    protocol: Protocol -- optimisation, data sizes, validation, evaluation
+      and checkpoint cadence.  None: Protocol() with its gin bindings.
+    penalty: GatePenalty or None -- G-ForgetNet's gate penalty and where its
+      lambda comes from; None: no penalty.
+
+  Args (gin-bindable except algorithm/seed/results_dir, which the sweep sets):
     algorithm: one CLRS-30 name -> a single-task run; a list -> one processor
       trained on all of them (per-algorithm encoders and decoders, paper App.
       "Multi-task experiments"), which needs a multi-task label
-      (`<model>_multitask`, gin/multitask.gin).  One result.json per
+      (`<label>_multitask`, gin/multitask.gin).  One result.json per
       algorithm either way, under <results_dir>/<model>/<algorithm>/seed<k>/.
     seed: one seed -> returns one run's result (one algorithm) or a dict
       algorithm -> result (a list).  A sequence of K distinct seeds -> a list
       of those, in order.  One algorithm: the K seeds train together, one
       vmapped step (K-seed mode, below); several: one seed after the other.
-    model: baseline | forget | gforget | gforget_constant | gforget_nopenalty |
-      calibrate, or <one of the first four>_multitask -- a label of the results
-      folder; its history policy is MODELS[model].
-    lambda_gate: G-ForgetNet's penalty weight (Eq. 6).  None (gin/gforget.gin):
-      read from the algorithm's calibration record under `results_dir`
-      (nar_markov/calibrate.py); a float, or a dict algorithm -> float, bound
-      by hand.  When the penalty is on is the lambda heuristic's reading
-      (`LambdaHeuristic.reading`: schedule -> from the calibration step,
-      constant -> from step 0); see `resolve_lambda`.  Multi-task: bound by
-      hand, on from step 0.
-    train_lengths: one list for all algorithms, or a dict algorithm -> list.
-      Either way the string matchers train at (max * 5) // 4 nodes of their
-      list (data.train_lengths).
-    validation_mode: 'resample' (dm-clrs run.py: every evaluation draws
-      2 x 32 x multiplier samples with replacement from a pool sampled with
-      the training settings at the largest train size, random pos) or 'fixed'
-      (that pool, the same samples each time); nar_markov.data.ValidationPool.
-    multitask_update: several algorithms only.  'per_algorithm' (dm-clrs
-      run.py, the default): every training step takes one clipped Adam update
-      per algorithm, in list order, each on that algorithm's own batch, with
-      the other algorithms' encoders/decoders and their Adam moments left
-      untouched (dm-clrs `filter_null_grads`); the cosine schedule then spans
-      train_steps x len(algorithms) updates.  'summed': one update per step on
-      the sum of the algorithms' losses (the named departure, for comparison).
-      The processor is validated on every algorithm's val split; the
-      parameters with the best MEAN val score are tested (run.py keeps the
-      best sum).
-    val_max_samples / test_max_samples: evaluate on the first k samples only
-      (smoke tests); None = the whole official split.
-    test_batch_size: None picks a size that bounds evaluation memory.
-    schedule_steps: horizon of the cosine decay in steps; None = train_steps.
-      The lambda calibration trains 6,000 steps on the 10,000-step schedule.
-    impl: how the net is computed: 'auto'/'fast' (nar_markov.fastnet) or
-      'reference' (dm-clrs's modules as they are; same function and
-      parameters, slower).
+    model: the run's label -- the name of its results folder and of its
+      column in the tables (analysis/labels.py knows the paper's: baseline,
+      forget, gforget, gforget_constant, gforget_nopenalty, and their
+      *_multitask).  It selects nothing: the net and the penalty do.
+    cache_dir: where the val/test splits are cached (else clrs30.cache_dir,
+      $NAR_MARKOV_CACHE).
     stop_after_steps: tests only -- stop (as if killed) after this many steps,
       leaving the checkpoint behind and no result.
     save_final_state: keep the state at the last step as FINAL_STATE_NAME
       beside result.json (the lambda calibration's lambda = 0 runs: G-ForgetNet
       under the schedule reading continues from it).
+
+  Multi-task: the processor is validated on every algorithm's val split; the
+  parameters with the best MEAN val score are tested (run.py keeps the best
+  sum); Protocol.multitask_update says how a step updates it.
 
   K-seed mode (`seed=[s1, ..., sK]` with one algorithm, what the sweep runs
   with SEEDS_PER_JOB=K): one optimizer step of all K seeds is ONE XLA
@@ -431,10 +541,31 @@ def run_experiment(*,
   is an error, runs.LockHeld.  A diverged seed gets its "diverged" results
   at once, tested on its best validation parameters, and the others go on.
   """
+  for name, value, kind in (("net", net, NetConfig), ("protocol", protocol, Protocol),
+                            ("penalty", penalty, GatePenalty)):
+    if value is not None and not isinstance(value, kind):
+      raise TypeError(f"run_experiment.{name} must be a {kind.__name__} or None, "
+                      f"got {value!r}")
+  net = net if net is not None else NetConfig()
+  args = dict(algorithm=algorithm, seed=seed, model=check_label(model, net, penalty),
+              results_dir=results_dir, net=net,
+              protocol=protocol if protocol is not None else Protocol(),
+              penalty=penalty, cache_dir=cache_dir, stop_after_steps=stop_after_steps,
+              save_final_state=save_final_state, progress=progress)
   from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
-  return train.run(**arguments_of(locals()))
+  return train.run(**args)
 
 
-def arguments_of(frame_locals: Mapping[str, Any]) -> Dict[str, Any]:
-  """run_experiment's arguments, from its locals at entry."""
-  return {k: frame_locals[k] for k in inspect.signature(run_experiment).parameters}
+def as_gin(model: str, net: NetConfig, protocol: Protocol,
+           penalty: Optional[GatePenalty]) -> str:
+  """The gin bindings of a run's label and components (config.gin of a run
+  started from Python without gin)."""
+  lines = [f"run_experiment.model = {model!r}"]
+  for name, value in (("NetConfig", net), ("Protocol", protocol), ("GatePenalty", penalty)):
+    if value is None:
+      continue
+    lines += [f"{name}.{f.name} = {getattr(value, f.name)!r}"
+              for f in dataclasses.fields(value)]
+  if penalty is not None:
+    lines.append("run_experiment.penalty = @GatePenalty()")
+  return "\n".join(lines) + "\n"

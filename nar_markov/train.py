@@ -31,7 +31,7 @@ import platform
 import re
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import clrs
 import gin
@@ -41,15 +41,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nar_markov import calibrate as calibrate_lib
 from nar_markov import data
 from nar_markov import devices
-from nar_markov.experiment import (  # pylint: disable=unused-import  (re-exported)
-    MODELS, MULTITASK_SUFFIX, MULTITASK_UPDATES, _SETTINGS_ARGS, _Task, _ZERO_LAMBDA_MODELS,
-    _make_tasks, check_algorithms, check_protocol, check_seeds, gin_arguments, job_folder,
-    resolve_lambda, resolve_train_lengths, run_definition, run_definition_from_gin,
-    run_experiment, run_settings, run_settings_from_gin, stream_seed)
+from nar_markov import experiment
+from nar_markov.experiment import (
+    MULTITASK_SUFFIX, GatePenalty, Protocol, _Task, _make_tasks, as_gin, check_algorithms,
+    check_seeds, job_folder, run_experiment, stream_seed)
 from nar_markov import fastnet
+from nar_markov import lambda_heuristic
 from nar_markov import model as model_lib
 from nar_markov import params_io
 from nar_markov import runs
@@ -347,44 +346,22 @@ def log(msg: str) -> None:
   print(f"[nar_markov] {msg}", file=sys.stderr, flush=True)
 
 
-def run(*, algorithm, seed, model, results_dir, train_steps, batch_size, hidden_size,
-        learning_rate, grad_clip_max_norm, schedule_steps, lambda_gate, train_lengths,
-        validation_mode, multitask_update, eval_every_steps, log_every_steps,
-        checkpoint_every_steps, val_max_samples, test_max_samples, val_batch_size,
-        test_batch_size, processor, nb_triplet_fts, gate_mlp_layers, gate_bias_init, impl,
-        cache_dir, stop_after_steps, save_final_state, progress) -> Any:
-  """experiment.run_experiment's training (its docstring): the arguments resolved,
-  no defaults here."""
+def run(*, algorithm, seed, model: str, results_dir, net: model_lib.NetConfig,
+        protocol: Protocol, penalty: Optional[GatePenalty], cache_dir, stop_after_steps,
+        save_final_state, progress) -> Any:
+  """experiment.run_experiment's training (its docstring): the arguments
+  resolved and checked there, no defaults here."""
   setup_compilation_cache()
   seeds, one_seed = check_seeds(seed)
   algorithms, one_alg = check_algorithms(algorithm)
-  if model not in MODELS:
-    raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
   if len(algorithms) > 1 and not model.endswith(MULTITASK_SUFFIX):
     raise ValueError(
         f"{len(algorithms)} algorithms train one shared processor: use a multi-task "
         f"label ({model + MULTITASK_SUFFIX!r}, gin/multitask.gin), not {model!r}")
-  check_protocol(train_steps=train_steps, batch_size=batch_size,
-                 hidden_size=hidden_size, eval_every_steps=eval_every_steps,
-                 log_every_steps=log_every_steps,
-                 checkpoint_every_steps=checkpoint_every_steps,
-                 learning_rate=learning_rate)
-  if validation_mode not in data.VALIDATION_MODES:
-    raise ValueError(f"unknown validation_mode {validation_mode!r}; "
-                     f"valid: {data.VALIDATION_MODES}")
-  if multitask_update not in MULTITASK_UPDATES:
-    raise ValueError(f"unknown multitask_update {multitask_update!r}; "
-                     f"valid: {MULTITASK_UPDATES}")
-  tasks = _make_tasks(
-      model, algorithms, lambda_gate, results_dir, train_lengths, multitask_update,
-      train_steps=train_steps, batch_size=batch_size, hidden_size=hidden_size,
-      learning_rate=learning_rate, grad_clip_max_norm=grad_clip_max_norm,
-      schedule_steps=schedule_steps, processor=processor, nb_triplet_fts=nb_triplet_fts,
-      gate_mlp_layers=gate_mlp_layers, gate_bias_init=gate_bias_init)
-  config = model_lib.NetConfig(
-      hidden_size=int(hidden_size), history=MODELS[model], processor=processor,
-      nb_triplet_fts=nb_triplet_fts, gate_mlp_layers=gate_mlp_layers,
-      gate_bias_init=gate_bias_init, impl=impl)
+  if penalty is not None and net.history != "gated":
+    raise ValueError(f"a gate penalty needs the gated history (NetConfig.history = "
+                     f"'gated'), not {net.history!r}")
+  tasks = _make_tasks(model, algorithms, penalty, results_dir, protocol, net)
 
   def verdicts_of(s):
     return [runs.check_result(run_dir(results_dir, model, t.algorithm, s),
@@ -418,14 +395,7 @@ def run(*, algorithm, seed, model, results_dir, train_steps, batch_size, hidden_
       todo.append(s)
     if todo:
       job = _make_job(
-          tasks, model=model, config=config, results_dir=results_dir,
-          train_steps=train_steps, batch_size=batch_size, hidden_size=hidden_size,
-          learning_rate=learning_rate, grad_clip_max_norm=grad_clip_max_norm,
-          schedule_steps=schedule_steps, validation_mode=validation_mode,
-          multitask_update=multitask_update, eval_every_steps=eval_every_steps,
-          log_every_steps=log_every_steps, checkpoint_every_steps=checkpoint_every_steps,
-          val_max_samples=val_max_samples, test_max_samples=test_max_samples,
-          val_batch_size=val_batch_size, test_batch_size=test_batch_size,
+          tasks, model=model, net_config=net, protocol=protocol, penalty=penalty,
           cache_dir=cache_dir, stop_after_steps=stop_after_steps,
           save_final_state=save_final_state, progress=progress)
       results.update(_train_seeds(job, todo, results_dir))
@@ -436,38 +406,37 @@ def run(*, algorithm, seed, model, results_dir, train_steps, batch_size, hidden_
   return ordered[0] if one_seed else ordered
 
 
-def _make_job(tasks: List[_Task], *, model, config, results_dir, train_steps, batch_size,
-              hidden_size, learning_rate, grad_clip_max_norm, schedule_steps,
-              validation_mode, multitask_update, eval_every_steps, log_every_steps,
-              checkpoint_every_steps, val_max_samples, test_max_samples, val_batch_size,
-              test_batch_size, cache_dir, stop_after_steps, save_final_state,
-              progress) -> "_Job":
+def _make_job(tasks: List[_Task], *, model: str, net_config: model_lib.NetConfig,
+              protocol: Protocol, penalty: Optional[GatePenalty], cache_dir,
+              stop_after_steps, save_final_state, progress) -> "_Job":
   """What the seeds of one run_experiment call share: net, optimizer, test splits."""
+  p = protocol
   specs = [data.get_spec(t.algorithm) for t in tasks]
   nb_dims = []
   for t, spec in zip(tasks, specs):
     t.test = data.load_split(t.algorithm, "test", cache_dir=cache_dir)
     nb_dims.append(model_lib.nb_dims_of(t.test))
-    t.test_batch_size = int(test_batch_size) if test_batch_size is not None else (
-        default_test_batch_size(spec, data.nb_nodes_of(t.test), hidden_size,
-                                fast=config.fast))
-  summed = multitask_update == "summed" and len(tasks) > 1
+    t.test_batch_size = int(p.test_batch_size) if p.test_batch_size is not None else (
+        default_test_batch_size(spec, data.nb_nodes_of(t.test), net_config.hidden_size,
+                                fast=net_config.fast))
+  summed = p.multitask_update == "summed" and len(tasks) > 1
   updates_per_step = 1 if summed else len(tasks)
-  optimizer = make_optimizer(learning_rate,
-                             (schedule_steps or train_steps) * updates_per_step,
-                             grad_clip_max_norm)
-  net = Model(specs, nb_dims, config, optimizer)
+  optimizer = make_optimizer(p.learning_rate, p.horizon * updates_per_step,
+                             p.grad_clip_max_norm)
+  net = Model(specs, nb_dims, net_config, optimizer)
   return _Job(
       model=model, tasks=tasks, multitask=model.endswith(MULTITASK_SUFFIX),
       summed_step=make_summed_train_step(net, len(tasks)) if summed else None,
       save_final_state=bool(save_final_state), net=net, optimizer=optimizer,
-      train_steps=int(train_steps), eval_every_steps=int(eval_every_steps),
-      log_every_steps=int(log_every_steps),
-      checkpoint_every_steps=int(checkpoint_every_steps),
-      val_batch_size=int(val_batch_size), val_max_samples=val_max_samples,
-      test_max_samples=test_max_samples, stop_after_steps=stop_after_steps,
-      progress=progress, gin_str=gin.config_str(), validation_mode=validation_mode,
-      multitask_update=multitask_update, batch_size=int(batch_size))
+      train_steps=int(p.train_steps), eval_every_steps=int(p.eval_every_steps),
+      log_every_steps=int(p.log_every_steps),
+      checkpoint_every_steps=int(p.checkpoint_every_steps),
+      val_batch_size=int(p.val_batch_size), val_max_samples=p.val_max_samples,
+      test_max_samples=p.test_max_samples, stop_after_steps=stop_after_steps,
+      progress=progress,
+      gin_str=gin.config_str() or as_gin(model, net_config, protocol, penalty),
+      validation_mode=p.validation_mode, multitask_update=p.multitask_update,
+      batch_size=int(p.batch_size))
 
 
 def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, List[Dict]]:
@@ -479,13 +448,7 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
     out_dirs = [run_dir(results_dir, job.model, a, s) for a in algorithms]
     for out_dir in out_dirs:
       out_dir.mkdir(parents=True, exist_ok=True)
-      atomic_write_bytes(out_dir / "config.gin", (job.gin_str or bindings_as_gin(
-          "run_experiment", dict(
-              model=job.model, algorithm=algorithms if job.multitask else algorithms[0],
-              seed=s, **{k: job.tasks[0].settings[k] for k in (
-                  "train_steps", "batch_size", "hidden_size", "learning_rate")},
-              lambda_gate=(job.tasks[0].lam if len(job.tasks) == 1 else
-                           {t.algorithm: t.lam for t in job.tasks})))).encode())
+      atomic_write_bytes(out_dir / "config.gin", job.gin_str.encode())
     # Data: one train stream and one validation pool per algorithm and seed,
     # as run.py; the test splits from the cache (the official draw).
     streams = [data.TrainStream(t.algorithm, seed=stream_seed(s, t.algorithm, algorithms),
@@ -716,7 +679,7 @@ class _SeedRun:
         or info.get("reading") != "schedule" or not info.get("reuse_calibration_prefix")
         or task.penalty_start <= 0):
       return None
-    return calibrate_lib.prefix_state(info, self.seed)
+    return lambda_heuristic.prefix_state(info, self.seed)
 
   def evaluate(self, params, step_now: int) -> float:
     """Validate on every algorithm's pool; returns the mean score (selection)."""
@@ -859,7 +822,7 @@ class _SeedRun:
     result = {
         "schema": RESULT_SCHEMA,
         "model": job.model,
-        "history": MODELS[job.model],
+        "history": job.net.config.history,
         "algorithm": task.algorithm,
         "seed": self.seed,
         "status": "done" if self.diverged_step is None else "diverged",
@@ -1066,13 +1029,6 @@ def load_checkpoint(path: pathlib.Path):
     return None
 
 
-def bindings_as_gin(configurable: str, arguments: Mapping[str, Any]) -> str:
-  """config.gin for runs started from Python without gin: the call's arguments."""
-  lines = [f"# {configurable} called without gin; its arguments:"]
-  lines += [f"{configurable}.{k} = {v!r}" for k, v in arguments.items()]
-  return "\n".join(lines) + "\n"
-
-
 def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
                  algorithms: Sequence[str], seeds: Sequence[int], results_dir: str,
                  multitask: bool = False) -> List[str]:
@@ -1088,6 +1044,6 @@ def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
     raise ValueError(f"a single-task job trains one algorithm, got {algorithms}")
   run_experiment(algorithm=algorithms if multitask else algorithms[0], seed=seeds,
                  results_dir=results_dir)
-  model = gin.query_parameter("run_experiment.model")
+  model = experiment.configured()["model"]
   return [str(run_dir(results_dir, model, a, s) / RESULT_NAME)
           for s in seeds for a in algorithms]

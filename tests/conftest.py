@@ -14,9 +14,20 @@ import submitit  # noqa: F401  pylint: disable=unused-import
 
 from nar_markov import quiet
 
+import flat
+
 # TensorFlow's start-up banners stay out of the test log (NAR_MARKOV_VERBOSE=1 keeps
 # them); pytest's own -v is not ours.
 quiet.setup([])
+
+
+@pytest.fixture(autouse=True)
+def _gin_cleared_after_each_test():
+  """NetConfig, Protocol and the other configurables read gin's bindings whenever
+  they are built: one test's parsed gin files must not leak into the next."""
+  yield
+  import gin  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +93,6 @@ def write_result():
   """Writes a minimal result.json (status done unless `fields` say otherwise),
   with the definition of a gin/smoke.gin run (multi-task models: gin/multitask.gin
   on bfs and dfs), so that the sweep counts it as done."""
-  from nar_markov import train
 
   def write(results, model, algorithm, seed, **fields):
     d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
@@ -92,11 +102,11 @@ def write_result():
               "diverged_step": None, "test_score": 0.5, "lambda_gate": 0.0,
               "lambda_reading": None, "penalty_start_step": 0}
     if model.endswith("_multitask"):
-      result["settings"] = dict(train.run_settings(algorithm, **MULTITASK_SETTINGS),
+      result["settings"] = dict(flat.settings(algorithm, **MULTITASK_SETTINGS),
                                 multitask_algorithms=["bfs", "dfs"],
                                 multitask_update="per_algorithm")
     else:
-      result["settings"] = train.run_settings(algorithm, **SMOKE_SETTINGS)
+      result["settings"] = flat.settings(algorithm, **SMOKE_SETTINGS)
     result.update(fields)
     (d / "result.json").write_text(json.dumps(result))
 

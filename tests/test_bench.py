@@ -123,6 +123,6 @@ def test_bench_seeds_reports_both_sides(tmp_path, capsys):
   assert report["ratio"] == pytest.approx(
       report["vmapped"]["seed_steps_per_s"] / report["sequential"]["seed_steps_per_s"])
   table = capsys.readouterr().out.strip().splitlines()
-  assert table[0].startswith("| algorithm | model | K |") and table[2].startswith(
-      "| bfs | baseline | 2 | 8 | 4 | 4 |")
+  assert table[0].startswith("| algorithm | history | K |") and table[2].startswith(
+      "| bfs | full | 2 | 8 | 4 | 4 |")
   assert bench_seeds.main(["--k", "0"]) == 2

@@ -11,7 +11,10 @@ import pytest
 from nar_markov import calibrate
 from nar_markov import config
 from nar_markov import experiment
+from nar_markov import lambda_heuristic
 from nar_markov import train
+
+import flat
 
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=10, log_every_steps=2, checkpoint_every_steps=10,
@@ -37,15 +40,15 @@ def cache(monkeypatch, data_cache_dir):
 
 
 def test_steps_scale_with_the_schedule():
-  h = calibrate.LambdaHeuristic()
+  h = lambda_heuristic.LambdaHeuristic()
   assert (h.calibration_step(10_000), h.window_steps(10_000)) == (6000, 500)
   assert (h.calibration_step(1500), h.window_steps(1500)) == (900, 75)
   assert h.penalty_start(10_000) == 6000
-  assert calibrate.LambdaHeuristic(reading="constant").penalty_start(10_000) == 0
+  assert lambda_heuristic.LambdaHeuristic(reading="constant").penalty_start(10_000) == 0
   with pytest.raises(ValueError, match="reading must be one of"):
-    calibrate.LambdaHeuristic(reading="linear")
+    lambda_heuristic.LambdaHeuristic(reading="linear")
   with pytest.raises(ValueError, match="band"):
-    calibrate.LambdaHeuristic(band=(0.6, 0.4))
+    lambda_heuristic.LambdaHeuristic(band=(0.6, 0.4))
 
 
 def test_measure_reads_the_window_before_the_step():
@@ -54,12 +57,12 @@ def test_measure_reads_the_window_before_the_step():
                 "hint_loss": [1.0, 2.0, 9.0], "gate_term": [5.0, 8.0, 9.0],
                 "gate_penalty": [0.0, 4.0, 9.0]},
       "val": {"step": [0, 20, 30], "hidden_norm": [0.5, 0.25, 0.1]}}}
-  m = calibrate.measure(result, end_step=20, window_steps=10)
+  m = lambda_heuristic.measure(result, end_step=20, window_steps=10)
   assert (m["L"], m["G"], m["P"]) == (4.0, 8.0, 4.0)
   assert m["share"] == pytest.approx(0.5) and m["gate_norm"] == 0.25
-  assert calibrate.share_with(m["L"] / m["G"], m) == pytest.approx(0.5)
-  with pytest.raises(calibrate.CalibrationError, match="no training-curve entries"):
-    calibrate.measure(result, end_step=50, window_steps=5)
+  assert lambda_heuristic.share_with(m["L"] / m["G"], m) == pytest.approx(0.5)
+  with pytest.raises(lambda_heuristic.CalibrationError, match="no training-curve entries"):
+    lambda_heuristic.measure(result, end_step=50, window_steps=5)
 
 
 # -- the constant reading's search on a synthetic share(λ) ----------------------------
@@ -72,7 +75,7 @@ def _logistic(center, slope=1.0, top=1.0):
 @pytest.mark.parametrize("center, lambda0", [(3.0, 0.01), (3.0, 1e4), (0.2, 0.2 * 1.01)])
 def test_search_brackets_and_converges(center, lambda0):
   share = _logistic(center, slope=0.8)
-  trials, chosen, in_band = calibrate.search(
+  trials, chosen, in_band = lambda_heuristic.search(
       lambda i, lam: {"share": share(lam)}, lambda0, (0.4, 0.6), max_trials=10)
   assert in_band and 0.4 <= chosen["share"] <= 0.6
   assert chosen is trials[-1] and len(trials) <= 10
@@ -84,16 +87,16 @@ def test_search_brackets_and_converges(center, lambda0):
 def test_search_gives_up_cleanly_with_the_closest_trial():
   # The gate shuts faster than λ grows: the share never exceeds 0.3.
   share = _logistic(1.0, slope=1.0, top=0.3)
-  trials, chosen, in_band = calibrate.search(
+  trials, chosen, in_band = lambda_heuristic.search(
       lambda i, lam: {"share": share(lam)}, 1e-3, (0.4, 0.6), max_trials=5)
   assert not in_band and len(trials) == 5
   assert chosen["share"] == max(t["share"] for t in trials)
-  assert calibrate.propose_next([{"lambda": 1.0, "share": 0.5}], (0.4, 0.6)) is None
+  assert lambda_heuristic.propose_next([{"lambda": 1.0, "share": 0.5}], (0.4, 0.6)) is None
 
 
 def test_search_bisects_when_the_secant_step_would_leave_the_bracket():
   trials = [{"lambda": 1.0, "share": 0.1}, {"lambda": 100.0, "share": 0.99999}]
-  nxt = calibrate.propose_next(trials, (0.4, 0.6))
+  nxt = lambda_heuristic.propose_next(trials, (0.4, 0.6))
   assert 1.0 < nxt < 100.0
 
 
@@ -109,8 +112,10 @@ class FakeTraining:
     self.trained = []
     self.fail_at_call = fail_at_call
 
-  def __call__(self, *, algorithm, seed, results_dir, lambda_gate=0.0, train_steps,
-               schedule_steps, save_final_state=False, model="calibrate", **_):
+  def __call__(self, *, algorithm, seed, results_dir, penalty, protocol,
+               save_final_state=False, model="calibrate", **_):
+    assert penalty.start_step == 0  # the calibration's runs: lambda from step 0
+    lambda_gate, train_steps = penalty.lambda_gate, protocol.train_steps
     out = train.run_dir(results_dir, model, algorithm, seed)
     path = out / train.RESULT_NAME
     if path.exists():
@@ -149,7 +154,7 @@ def fake(monkeypatch):
 
 
 def test_schedule_reading_makes_the_penalty_half_at_the_switch(tmp_path, fake):
-  h = calibrate.LambdaHeuristic(seeds=(0, 1, 2))
+  h = lambda_heuristic.LambdaHeuristic(seeds=(0, 1, 2))
   record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
   assert [s for s, _ in fake.trained] == [0, 1, 2]
   assert all(lam == 0.0 for _, lam in fake.trained)  # λ = 0 runs only: no search
@@ -159,9 +164,9 @@ def test_schedule_reading_makes_the_penalty_half_at_the_switch(tmp_path, fake):
   # By construction: the median seed's penalty is exactly half of its loss.
   assert record["seeds"][1]["share_at_switch"] == pytest.approx(0.5)
   assert (record["calibration_step"], record["window_steps"]) == (600, 50)
-  path = calibrate.record_path(tmp_path, "schedule", "bfs")
+  path = lambda_heuristic.record_path(tmp_path, "schedule", "bfs")
   assert json.loads(path.read_text()) == record
-  lam, info = calibrate.load_lambda(tmp_path, "bfs", h, dict(SETTINGS))
+  lam, info = lambda_heuristic.load_lambda(tmp_path, "bfs", h, dict(SETTINGS))
   assert lam == record["lambda"] and info["source"] == "calibration record"
   # A second call reads it back: nothing trained again.
   calibrate.calibrate_algorithm("bfs", tmp_path, h)
@@ -169,7 +174,7 @@ def test_schedule_reading_makes_the_penalty_half_at_the_switch(tmp_path, fake):
 
 
 def test_constant_reading_searches_and_records_every_trial(tmp_path, fake):
-  h = calibrate.LambdaHeuristic(reading="constant", seeds=(0,))
+  h = lambda_heuristic.LambdaHeuristic(reading="constant", seeds=(0,))
   record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
   seed = record["seeds"][0]
   assert seed["in_band"] and record["status"] == "done"
@@ -181,12 +186,12 @@ def test_constant_reading_searches_and_records_every_trial(tmp_path, fake):
 
 
 def test_constant_search_resumes_where_it_was_killed(tmp_path, fake, monkeypatch):
-  h = calibrate.LambdaHeuristic(reading="constant", seeds=(0,))
+  h = lambda_heuristic.LambdaHeuristic(reading="constant", seeds=(0,))
   killed = FakeTraining(fail_at_call=3)  # λ = 0 run, trials 0 and 1, then killed
   monkeypatch.setattr(train, "run_experiment", killed)
   with pytest.raises(RuntimeError, match="killed"):
     calibrate.calibrate_algorithm("bfs", tmp_path, h)
-  assert not calibrate.record_path(tmp_path, "constant", "bfs").exists()
+  assert not lambda_heuristic.record_path(tmp_path, "constant", "bfs").exists()
   resumed = FakeTraining()
   monkeypatch.setattr(train, "run_experiment", resumed)
   record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
@@ -199,23 +204,23 @@ def test_constant_search_resumes_where_it_was_killed(tmp_path, fake, monkeypatch
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"schema": "other"}'])
 def test_a_corrupt_record_is_a_clear_error_and_is_not_overwritten(tmp_path, fake, content):
-  path = calibrate.record_path(tmp_path, "schedule", "bfs")
+  path = lambda_heuristic.record_path(tmp_path, "schedule", "bfs")
   path.parent.mkdir(parents=True)
   path.write_text(content)
-  with pytest.raises(calibrate.CalibrationError, match=str(path)):
-    calibrate.calibrate_algorithm("bfs", tmp_path, calibrate.LambdaHeuristic())
-  with pytest.raises(calibrate.CalibrationError, match="move it aside"):
-    calibrate.load_lambda(tmp_path, "bfs", calibrate.LambdaHeuristic(), dict(SETTINGS))
+  with pytest.raises(lambda_heuristic.CalibrationError, match=str(path)):
+    calibrate.calibrate_algorithm("bfs", tmp_path, lambda_heuristic.LambdaHeuristic())
+  with pytest.raises(lambda_heuristic.CalibrationError, match="move it aside"):
+    lambda_heuristic.load_lambda(tmp_path, "bfs", lambda_heuristic.LambdaHeuristic(), dict(SETTINGS))
   assert path.read_text() == content and not fake.trained
 
 
 def test_a_record_made_with_other_settings_is_refused(tmp_path, fake):
-  h = calibrate.LambdaHeuristic(seeds=(0,))
+  h = lambda_heuristic.LambdaHeuristic(seeds=(0,))
   calibrate.calibrate_algorithm("bfs", tmp_path, h)
-  with pytest.raises(calibrate.CalibrationError, match="hidden_size: record 128 vs run 64"):
-    calibrate.load_lambda(tmp_path, "bfs", h, dict(SETTINGS, hidden_size=64))
-  with pytest.raises(calibrate.CalibrationError, match="calibration_seeds"):
-    calibrate.load_lambda(tmp_path, "bfs", calibrate.LambdaHeuristic(seeds=(0, 1)),
+  with pytest.raises(lambda_heuristic.CalibrationError, match="hidden_size: record 128 vs run 64"):
+    lambda_heuristic.load_lambda(tmp_path, "bfs", h, dict(SETTINGS, hidden_size=64))
+  with pytest.raises(lambda_heuristic.CalibrationError, match="calibration_seeds"):
+    lambda_heuristic.load_lambda(tmp_path, "bfs", lambda_heuristic.LambdaHeuristic(seeds=(0, 1)),
                           dict(SETTINGS))
 
 
@@ -233,9 +238,9 @@ def _calibrated(tmp_path, reading="schedule"):
   config.parse_gin([], ["LambdaHeuristic.seeds = [0]", f"LambdaHeuristic.reading = '{reading}'",
                         "LambdaHeuristic.max_trials = 2"])
   kwargs = dict(TINY, train_steps=STEPS, model="gforget")
-  record = calibrate.calibrate_algorithm("insertion_sort", tmp_path, **{
-      k: v for k, v in kwargs.items() if k not in ("model", "train_steps")},
-      schedule_steps=STEPS)
+  c = flat.components(**kwargs)
+  record = calibrate.calibrate_algorithm("insertion_sort", tmp_path, net=c["net"],
+                                         protocol=c["protocol"], progress=False)
   return record, kwargs
 
 
@@ -243,8 +248,7 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   """No penalty before the switch, then λ from the record; continuing from the
   λ = 0 calibration run is the same training as starting from scratch."""
   record, kwargs = _calibrated(tmp_path)
-  res = train.run_experiment(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
-                             **kwargs)
+  res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path), **kwargs)
   switch = record["calibration_step"]
   assert switch == 12 and res["penalty_start_step"] == switch
   assert res["lambda_gate"] == record["lambda"] > 0
@@ -260,11 +264,10 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   config.parse_gin([], ["LambdaHeuristic.seeds = [0]",
                         "LambdaHeuristic.reuse_calibration_prefix = False"])
   other = tmp_path / "scratch"
-  rec_path = calibrate.record_path(other, "schedule", "insertion_sort")
+  rec_path = lambda_heuristic.record_path(other, "schedule", "insertion_sort")
   rec_path.parent.mkdir(parents=True)
   rec_path.write_text(json.dumps(record))
-  scratch = train.run_experiment(algorithm="insertion_sort", seed=0, results_dir=str(other),
-                                 **kwargs)
+  scratch = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(other), **kwargs)
   assert "continued_from" not in scratch["lambda_calibration"]
   np.testing.assert_allclose(scratch["curves"]["train"]["loss"], tr["loss"], rtol=1e-5)
   assert scratch["test_score"] == pytest.approx(res["test_score"], abs=1e-6)
@@ -278,8 +281,8 @@ def test_constant_reading_end_to_end(tmp_path, cache):
     assert pathlib.Path(t["run_dir"], train.RESULT_NAME).exists()
   config.parse_gin([], ["LambdaHeuristic.seeds = [0]", "LambdaHeuristic.reading = 'constant'",
                         "LambdaHeuristic.max_trials = 2"])
-  res = train.run_experiment(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
-                             **dict(kwargs, model="gforget_constant"))
+  res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
+                 **dict(kwargs, model="gforget_constant"))
   assert res["penalty_start_step"] == 0 and res["lambda_gate"] == record["lambda"]
   assert res["lambda_calibration"]["reading"] == "constant"
   assert all(p > 0 for p in res["curves"]["train"]["gate_penalty"])
@@ -287,8 +290,8 @@ def test_constant_reading_end_to_end(tmp_path, cache):
 
 def test_a_diverged_trial_counts_as_above_the_band():
   trials = [{"lambda": 1.0, "share": 0.1}, {"lambda": 10.0, "share": None}]
-  nxt = calibrate.propose_next(trials, (0.4, 0.6))
+  nxt = lambda_heuristic.propose_next(trials, (0.4, 0.6))
   assert 1.0 < nxt < 10.0
-  assert calibrate.closest_trial(trials, (0.4, 0.6))["lambda"] == 1.0
-  with pytest.raises(calibrate.CalibrationError, match="every search trial diverged"):
-    calibrate.closest_trial([{"lambda": 1.0, "share": None}], (0.4, 0.6))
+  assert lambda_heuristic.closest_trial(trials, (0.4, 0.6))["lambda"] == 1.0
+  with pytest.raises(lambda_heuristic.CalibrationError, match="every search trial diverged"):
+    lambda_heuristic.closest_trial([{"lambda": 1.0, "share": None}], (0.4, 0.6))

@@ -98,13 +98,13 @@ def test_dry_run_prints_the_estimate(tmp_path, capsys):
 
 
 def test_calibration_stage_estimate():
-  from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+  from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top
   settings = {"train_steps": 10_000, "schedule_steps": None, "hidden_size": 128,
               "batch_size": 32, "train_lengths": [4, 7, 11, 13, 16], "eval_every_steps": 50}
   one = cost.estimate_run("bfs", dict(settings, train_steps=6000))["total_s"] / 3600
-  text = cost.format_calibration_estimate(["bfs"], settings, calibrate.LambdaHeuristic())
+  text = cost.format_calibration_estimate(["bfs"], settings, lambda_heuristic.LambdaHeuristic())
   assert "1 algorithms x 3 seed(s) x 6,000 steps" in text
   assert f"{3 * one:.2f} h" in text and "continue from their calibration" in text
   text = cost.format_calibration_estimate(
-      ["bfs"], settings, calibrate.LambdaHeuristic(reading="constant", seeds=(0,), max_trials=4))
+      ["bfs"], settings, lambda_heuristic.LambdaHeuristic(reading="constant", seeds=(0,), max_trials=4))
   assert "1 seed(s) x (1 + up to 4 search trials)" in text and f"{5 * one:.2f} h at most" in text

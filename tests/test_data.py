@@ -451,6 +451,4 @@ def test_clrs30_facts_without_clrs_are_clrs_s():
   """nar_markov.clrs30 (imported by the launcher, no clrs) agrees with dm-clrs."""
   import clrs  # pylint: disable=g-import-not-at-top
   from nar_markov import clrs30  # pylint: disable=g-import-not-at-top
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
   assert clrs30.ALGORITHMS == tuple(clrs.specs.CLRS_30_ALGS) == data.ALGORITHMS
-  assert experiment.VALIDATION_MODES == data.VALIDATION_MODES

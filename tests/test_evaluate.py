@@ -11,6 +11,8 @@ import pytest
 
 from nar_markov import params_io
 
+import flat
+
 ALGORITHM = "bfs"
 TINY_NET = dict(hidden_size=8, nb_triplet_fts=4, history="gated")
 SAMPLES = 4
@@ -167,7 +169,7 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
 
   if "params_io" not in inspect.getsource(train):
     pytest.skip("train.py does not save params.npz yet")
-  result = train.run_experiment(
+  result = flat.run(
       algorithm=ALGORITHM, seed=0, model="gforget", results_dir=str(tmp_path),
       train_steps=20, hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
       eval_every_steps=10, log_every_steps=5, checkpoint_every_steps=100,

@@ -8,11 +8,12 @@ import pytest
 
 from nar_markov import config
 from nar_markov import data
+from nar_markov import experiment
 from nar_markov import train
 
 GIN_DIR = config.GIN_DIR
-SMOKE = ["run_experiment.train_steps = 2", "run_experiment.eval_every_steps = 2",
-         "run_experiment.val_max_samples = 4", "run_experiment.test_max_samples = 4"]
+SMOKE = ["Protocol.train_steps = 2", "Protocol.eval_every_steps = 2",
+         "Protocol.val_max_samples = 4", "Protocol.test_max_samples = 4"]
 # Overlays and data-only files are run on top of a model file.
 OVERLAYS = {"smoke.gin", "local.gin", "slurm_gpu.gin", "reduced1500.gin"}
 
@@ -52,7 +53,7 @@ def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_ca
   if gin.query_parameter("run_experiment.model").startswith("gforget"):
     # lambda from a calibration record by default (tests/test_calibrate.py);
     # here bound by hand, which the sweep and run_experiment also accept.
-    params.append("run_experiment.lambda_gate = 0.01")
+    params.append("GatePenalty.lambda_gate = 0.01")
   (path,) = train.run_from_gin(files, params, algorithms=[algorithm], seeds=[0],
                                results_dir=str(tmp_path))
   result = pathlib.Path(path)
@@ -68,18 +69,46 @@ EXPERIMENTS = sorted(set(_shipped()) - OVERLAYS - {"base.gin"})
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_overlay_applies_to_every_experiment_file(experiment, overlay):
-  """An overlay's run_experiment bindings are what every experiment file, single-
-  or multi-task, trains with (they are all one configurable, run_experiment)."""
+@pytest.mark.parametrize("experiment_file", EXPERIMENTS)
+def test_every_overlay_applies_to_every_experiment_file(experiment_file, overlay):
+  """An overlay's bindings are what every experiment file, single- or multi-task,
+  trains with: the protocol and net that run_experiment receives carry them."""
   text = (GIN_DIR / overlay).read_text()
-  bound = re.findall(r"^run_experiment\.(\w+)\s*=", text, flags=re.M)
-  assert bound or overlay == "reduced1500.gin" or "slurm_resources" in text, overlay
-  config.parse_gin([f"gin/{experiment}", f"gin/{overlay}"], [])
-  with_overlay = {k: gin.query_parameter(f"run_experiment.{k}") for k in bound}
-  config.parse_gin([f"gin/{overlay}"], [])  # the overlay's own values
-  alone = {k: gin.query_parameter(f"run_experiment.{k}") for k in bound}
-  assert with_overlay == alone, (experiment, overlay)
+  bound = re.findall(r"^(\w+)\.(\w+)\s*=", text, flags=re.M)
+  assert bound, overlay
+  config.parse_gin([f"gin/{experiment_file}", f"gin/{overlay}"], [])
+  with_overlay = {(c, k): gin.query_parameter(f"{c}.{k}") for c, k in bound}
+  components = experiment.configured()
+  for (c, k), value in with_overlay.items():
+    if c == "Protocol":
+      assert getattr(components["protocol"], k) == value, (experiment_file, overlay, k)
+    if c == "NetConfig":
+      assert getattr(components["net"], k) == value, (experiment_file, overlay, k)
+  config.parse_gin(["gin/base.gin", f"gin/{overlay}"], [])  # the overlay's own values
+  alone = {(c, k): gin.query_parameter(f"{c}.{k}") for c, k in bound}
+  assert with_overlay == alone, (experiment_file, overlay)
+
+
+def test_each_model_file_binds_its_history_and_penalty():
+  """The history policy is on the net's config, the penalty only where G-ForgetNet
+  needs it; the label only names the folder (and is checked against them)."""
+  expected = {"baseline.gin": ("baseline", "full", None),
+              "forget.gin": ("forget", "none", None),
+              "gforget.gin": ("gforget", "gated", "record"),
+              "gforget_constant.gin": ("gforget_constant", "gated", "record"),
+              "gforget_nopenalty.gin": ("gforget_nopenalty", "gated", None),
+              "multitask.gin": ("forget_multitask", "none", None)}
+  assert set(expected) == set(EXPERIMENTS)
+  for name, (label, history, penalty) in expected.items():
+    config.parse_gin([f"gin/{name}"], [])
+    c = experiment.configured()
+    assert (c["model"], c["net"].history) == (label, history), name
+    if penalty is None:
+      assert c["penalty"] is None, name
+    else:
+      assert c["penalty"] == experiment.GatePenalty(None) and experiment.needs_calibration(
+          c["penalty"]), name
+    experiment.check_label(c["model"], c["net"], c["penalty"])
 
 
 def test_includes_resolve_from_any_working_directory(tmp_path, monkeypatch):
@@ -91,9 +120,9 @@ def test_includes_resolve_from_any_working_directory(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("files, params, match", [
     (["gin/nope.gin"], [], "gin file not found"),
-    (["gin/baseline.gin"], ["run_experiment.hiden_size = 3"], "bad gin configuration"),
+    (["gin/baseline.gin"], ["NetConfig.hiden_size = 3"], "bad gin configuration"),
     (["gin/baseline.gin"], ["no_such_fn.x = 1"], "bad gin configuration"),
-    (["gin/baseline.gin"], ["run_experiment.train_steps = ("], "bad gin configuration"),
+    (["gin/baseline.gin"], ["Protocol.train_steps = ("], "bad gin configuration"),
 ])
 def test_bad_gin_is_a_value_error(files, params, match):
   with pytest.raises(ValueError, match=match):

@@ -26,6 +26,8 @@ from nar_markov import data  # pylint: disable=wrong-import-position
 from nar_markov import train  # pylint: disable=wrong-import-position
 from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
 
+import flat
+
 # insertion_sort: its permutation pointers draw Gumbel noise from the step rng
 # in training, so a wrong per-seed rng would show; a gated model so that the
 # gate penalty (lambda) is in the losses too.
@@ -59,7 +61,7 @@ def separate(tmp_path_factory, data_cache_dir):
   try:
     root = tmp_path_factory.mktemp("separate")
     gin.clear_config()
-    return {s: train.run_experiment(algorithm=ALG, seed=s, results_dir=str(root), **TINY)
+    return {s: flat.run(algorithm=ALG, seed=s, results_dir=str(root), **TINY)
             for s in SEEDS}
   finally:
     if old is None:
@@ -112,7 +114,7 @@ def _on_disk(root, seed):
 
 def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
   # Through the sweep's entry point (gin), so the job path is what is tested.
-  params = [f"run_experiment.{k}={v!r}" for k, v in TINY.items() if k != "model"]
+  params = flat.gin_params(**{k: v for k, v in TINY.items() if k != "model"})
   paths = train.run_from_gin(
       ["gin/gforget.gin"], params, algorithms=[ALG], seeds=SEEDS, results_dir=str(tmp_path))
   assert paths == [str(train.run_dir(tmp_path, MODEL, ALG, s) / "result.json") for s in SEEDS]
@@ -132,7 +134,7 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   """Killed after 6 steps (checkpoints at 4 and 6), resumed in K mode: the
   same results; a seed already done is skipped, not retrained.  (6: a log
   and eval step, so the curves have the windows of an uninterrupted run.)"""
-  first = train.run_experiment(algorithm=ALG, seed=[1, 2], results_dir=str(tmp_path),
+  first = flat.run(algorithm=ALG, seed=[1, 2], results_dir=str(tmp_path),
                                stop_after_steps=6, **TINY)
   assert first == [{"status": "interrupted", "steps": 6}] * 2
   for s in (1, 2):
@@ -144,7 +146,7 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   d0.mkdir(parents=True)
   done = json.loads(json.dumps(train.jsonable(dict(separate[0], marker=1))))
   (d0 / "result.json").write_text(json.dumps(done))
-  results = train.run_experiment(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
+  results = flat.run(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
                                  **TINY)
   assert results[0] == done
   for s, got in zip((1, 2), results[1:]):
@@ -153,9 +155,9 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
 
 def test_checkpoints_at_different_steps_train_group_by_group(tmp_path, separate):
   # Seed 2 ran alone for 4 steps; seeds 0 and 1 have not started.
-  train.run_experiment(algorithm=ALG, seed=2, results_dir=str(tmp_path),
+  flat.run(algorithm=ALG, seed=2, results_dir=str(tmp_path),
                        stop_after_steps=4, **TINY)
-  results = train.run_experiment(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
+  results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
                                  **TINY)
   for s, got in zip(SEEDS, results):
     assert_same_result(got, separate[s])
@@ -173,7 +175,7 @@ def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
     return params, opt_state
 
   monkeypatch.setattr(train.Model, "init_state", init_state)
-  results = train.run_experiment(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
+  results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
                                  **TINY)
   assert results[1]["status"] == "diverged"
   assert results[1]["diverged_step"] == 1 and results[1]["steps"] == 1
@@ -230,7 +232,7 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
     ([0, 1.5], "ints >= 0"), (True, "ints >= 0")])
 def test_bad_seeds_are_one_clear_error(tmp_path, seed, match):
   with pytest.raises(ValueError, match=match):
-    train.run_experiment(algorithm=ALG, seed=seed, results_dir=str(tmp_path), **TINY)
+    flat.run(algorithm=ALG, seed=seed, results_dir=str(tmp_path), **TINY)
   assert not any(tmp_path.iterdir())
 
 

@@ -16,9 +16,12 @@ import pytest
 from nar_markov import config as config_lib
 from nar_markov import data
 from nar_markov import devices
+from nar_markov import experiment
 from nar_markov import model as model_lib
 from nar_markov import runs as runs_lib
 from nar_markov import train
+
+import flat
 
 ALGORITHMS = ("naive_string_matcher", "bfs", "insertion_sort")
 LAMBDAS = {"naive_string_matcher": 0.01, "bfs": 0.05, "insertion_sort": 0.0}
@@ -67,10 +70,10 @@ def runs(tmp_path_factory, data_cache_dir):
   ckpt = _job_ckpt(a, "gforget_multitask", 1)
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
-    stopped = train.run_experiment(results_dir=str(a), stop_after_steps=10, **TINY)
+    stopped = flat.run(results_dir=str(a), stop_after_steps=10, **TINY)
     at_10 = _load(ckpt)
-    results_a = train.run_experiment(results_dir=str(a), **TINY)
-    results_b = train.run_experiment(results_dir=str(b), **TINY)
+    results_a = flat.run(results_dir=str(a), **TINY)
+    results_b = flat.run(results_dir=str(b), **TINY)
   return dict(a=a, b=b, stopped=stopped, at_10=at_10, results_a=results_a,
               results_b=results_b, ckpt=ckpt)
 
@@ -108,7 +111,7 @@ def test_one_update_per_algorithm_per_step(runs):
 
 
 def test_summed_update_is_one_update_per_step(tmp_path):
-  train.run_experiment(algorithm=["minimum", "bfs"], seed=0, model="forget_multitask",
+  flat.run(algorithm=["minimum", "bfs"], seed=0, model="forget_multitask",
                        results_dir=str(tmp_path), multitask_update="summed",
                        stop_after_steps=4, **ONE)
   state = _load(_job_ckpt(tmp_path, "forget_multitask", 0))
@@ -150,9 +153,9 @@ def test_an_update_leaves_the_other_algorithms_modules_untouched():
 
 def test_single_task_is_multi_task_with_a_list_of_one(tmp_path):
   """The same numbers: curves, best step, test score (one loop)."""
-  single = train.run_experiment(algorithm="bfs", seed=2, model="forget",
+  single = flat.run(algorithm="bfs", seed=2, model="forget",
                                 results_dir=str(tmp_path), **ONE)
-  (multi,) = train.run_experiment(algorithm=["bfs"], seed=[2], model="forget_multitask",
+  (multi,) = flat.run(algorithm=["bfs"], seed=[2], model="forget_multitask",
                                   results_dir=str(tmp_path), **ONE)
   multi = multi["bfs"]
   assert single["curves"] == multi["curves"]
@@ -221,13 +224,13 @@ def test_resume_is_exact(runs):
 
 
 def test_finished_job_is_not_run_again(runs):
-  again = train.run_experiment(results_dir=str(runs["a"]), **TINY)
+  again = flat.run(results_dir=str(runs["a"]), **TINY)
   assert again == json.loads(json.dumps(train.jsonable(runs["results_a"])))
   other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="other settings.*multitask_algorithms: result "
                      r"\['naive_string_matcher', 'bfs', 'insertion_sort'\], this run "
                      r"\['bfs', 'insertion_sort'\]"):
-    train.run_experiment(results_dir=str(runs["a"]), **other)
+    flat.run(results_dir=str(runs["a"]), **other)
 
 
 def test_checkpoint_of_other_algorithms_is_refused(runs, tmp_path):
@@ -235,14 +238,14 @@ def test_checkpoint_of_other_algorithms_is_refused(runs, tmp_path):
   runs_lib.write_state(ckpt, runs["at_10"])
   other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="checkpoint .* is for algorithms"):
-    train.run_experiment(results_dir=str(tmp_path), **other)
+    flat.run(results_dir=str(tmp_path), **other)
 
 
 def test_settings_never_leak_between_algorithms():
   """dm-clrs run.py gives every algorithm after a string matcher its 20 nodes."""
   algorithms = ["naive_string_matcher", "articulation_points", "bfs"]
-  streams = [data.TrainStream(a, seed=train.stream_seed(0, a, algorithms), batch_size=4,
-                              lengths=train.resolve_train_lengths((4, 7, 16), a))
+  streams = [data.TrainStream(a, seed=experiment.stream_seed(0, a, algorithms), batch_size=4,
+                              lengths=experiment.resolve_train_lengths((4, 7, 16), a))
              for a in algorithms]
   batches = {s.algorithm: [next(s) for _ in range(3)] for s in streams}
   nodes = {alg: [data.nb_nodes_of(b) for b in bs] for alg, bs in batches.items()}
@@ -257,9 +260,9 @@ def test_settings_never_leak_between_algorithms():
   assert kwargs["bfs"] == kwargs["articulation_points"] == {"length": 4}
   # A stream depends on (seed, algorithm) only, not on its neighbours or order;
   # alone (single-task), an algorithm's stream is seeded with the run's seed.
-  assert train.stream_seed(0, "bfs", ["bfs", "dfs"]) == train.stream_seed(
-      0, "bfs", ["dfs", "minimum", "bfs"]) != train.stream_seed(0, "dfs", ["bfs", "dfs"])
-  assert train.stream_seed(7, "bfs", ["bfs"]) == 7
+  assert experiment.stream_seed(0, "bfs", ["bfs", "dfs"]) == experiment.stream_seed(
+      0, "bfs", ["dfs", "minimum", "bfs"]) != experiment.stream_seed(0, "dfs", ["bfs", "dfs"])
+  assert experiment.stream_seed(7, "bfs", ["bfs"]) == 7
 
 
 def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, monkeypatch):
@@ -272,7 +275,7 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
     return losses
 
   monkeypatch.setattr(model_lib, "compute_losses", poisoned)
-  results = train.run_experiment(
+  results = flat.run(
       algorithm=["minimum", "bfs"], seed=0, model="baseline_multitask",
       results_dir=str(tmp_path), train_steps=4, hidden_size=8, nb_triplet_fts=4,
       batch_size=4, train_lengths=[4], eval_every_steps=2, log_every_steps=1,
@@ -293,7 +296,7 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
     (dict(algorithm=[]), "empty list"),
     (dict(algorithm=["bfs", "dfs", "bfs"]), r"duplicate algorithms \['bfs'\]"),
     (dict(model="forget"), "'forget_multitask'"),
-    (dict(model="transformer"), "unknown model"),
+    (dict(model="Forget Net"), "must be a label"),
     (dict(model="gforget_multitask"), "lambda_gate bound by hand"),
     (dict(model="gforget_multitask", lambda_gate={"bfs": 0.1}), "no value for 'dfs'"),
     (dict(train_lengths={"bfs": [4]}), "no entry for 'dfs'"),
@@ -306,19 +309,19 @@ def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
               results_dir=str(tmp_path))
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
-    train.run_experiment(**args)
+    flat.run(**args)
   assert not any(tmp_path.iterdir())
 
 
 def test_multitask_gin_is_base_gin_plus_the_label():
-  """No hand-copied protocol: multi-task reads base.gin's run_experiment bindings."""
+  """No hand-copied protocol: multi-task reads base.gin's Protocol and NetConfig."""
   config_lib.parse_gin(["gin/multitask.gin"], [])
   assert gin.query_parameter("run_experiment.model") == "forget_multitask"
   assert gin.query_parameter("%MULTITASK") is True
-  assert gin.query_parameter("run_experiment.multitask_update") == "per_algorithm"
+  assert gin.query_parameter("Protocol.multitask_update") == "per_algorithm"
   mine = (config_lib.GIN_DIR / "multitask.gin").read_text()
-  assert set(re.findall(r"^run_experiment\.(\w+)\s*=", mine, flags=re.M)) == {
-      "model", "multitask_update"}
+  assert set(re.findall(r"^(\w+\.\w+)\s*=", mine, flags=re.M)) == {
+      "run_experiment.model", "NetConfig.history", "Protocol.multitask_update"}
 
 
 class _Killed(Exception):
@@ -327,7 +330,7 @@ class _Killed(Exception):
 
 def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch):
   params = ["ALGORITHMS=['minimum', 'bfs']"] + [
-      f"run_experiment.{k}={v}" for k, v in [
+      f"{flat.gin_key(k)}={v}" for k, v in [
           ("hidden_size", 8), ("nb_triplet_fts", 4), ("batch_size", 4),
           ("train_lengths", [4]), ("train_steps", 2), ("eval_every_steps", 2),
           ("log_every_steps", 1), ("checkpoint_every_steps", 1),

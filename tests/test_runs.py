@@ -26,8 +26,11 @@ from conftest import SMOKE_SETTINGS  # pylint: disable=wrong-import-position  (t
 from launch import status as status_lib  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import config  # pylint: disable=wrong-import-position
+from nar_markov import experiment  # pylint: disable=wrong-import-position
 from nar_markov import runs  # pylint: disable=wrong-import-position
 from nar_markov import train  # pylint: disable=wrong-import-position
+
+import flat
 
 # gin logs through absl on its first parse, and absl keeps the stream it first
 # wrote to: parse once here, not under `capsys` (whose stream is closed after
@@ -94,7 +97,7 @@ def test_status_dry_run_and_sweep_agree_on_what_is_done(case, write_result, tmp_
   before = _result_path(results).read_bytes()
 
   # The sweep's definition of baseline/bfs/seed0 under gin/smoke.gin.
-  expected = dict(train.run_definition("baseline", "bfs", train.run_settings(
+  expected = dict(experiment.run_definition("baseline", "bfs", flat.settings(
       "bfs", **SMOKE_SETTINGS), 0.0, 0, None), seed=0)
   assert runs.check_result(_result_path(results).parent, expected).state == verdict
 
@@ -161,21 +164,21 @@ def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
   path = _result_path(tmp_path)
   path.parent.mkdir(parents=True)
   path.write_text('{"schema": "nar_markov.res')
-  result = train.run_experiment(**common)  # was: "exists; nothing to do", JSONDecodeError
+  result = flat.run(**common)  # was: "exists; nothing to do", JSONDecodeError
   assert result["status"] == "done" and result["steps"] == 5
   (aside,) = path.parent.glob("result.json.corrupt-*")
   assert aside.read_text() == '{"schema": "nar_markov.res'
   assert runs.check_result(path.parent, dict(
-      train.run_definition("baseline", "bfs", result["settings"], 0.0, 0, None),
+      experiment.run_definition("baseline", "bfs", result["settings"], 0.0, 0, None),
       seed=0)).state == "done"
   written = path.read_bytes()
   # Verified done: read back, not retrained.
-  assert train.run_experiment(**common) == json.loads(written)
+  assert flat.run(**common) == json.loads(written)
   # Other settings: refused, nothing touched.
   with pytest.raises(ValueError, match=r"other settings.*train_steps: result 5, this run 3"):
-    train.run_experiment(**dict(common, train_steps=3))
+    flat.run(**dict(common, train_steps=3))
   with pytest.raises(ValueError, match=r"hidden_size: result 16, this run 32"):
-    train.run_experiment(**dict(common, hidden_size=32))
+    flat.run(**dict(common, hidden_size=32))
   assert path.read_bytes() == written
 
 
@@ -186,7 +189,7 @@ def test_a_run_being_trained_is_not_trained_again(tmp_path, cache):
   run_folder = _result_path(tmp_path).parent
   with runs.run_lock(run_folder):
     with pytest.raises(runs.LockHeld, match="being trained by another process"):
-      train.run_experiment(algorithm="bfs", seed=0, model="baseline",
+      flat.run(algorithm="bfs", seed=0, model="baseline",
                            results_dir=str(tmp_path), train_steps=5, **TINY)
     # Another process, too (flock is per open file, not per process).
     proc = subprocess.run(
@@ -281,7 +284,7 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
 def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
   common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
                 **TINY)
-  assert train.run_experiment(train_steps=20, stop_after_steps=5,
+  assert flat.run(train_steps=20, stop_after_steps=5,
                               **common)["status"] == "interrupted"
   ckpt = _result_path(tmp_path).parent / "checkpoint.npz"
   saved = ckpt.read_bytes()
@@ -290,19 +293,19 @@ def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
   with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.npz was written with "
                      r"train_steps=20, schedule_steps=20; this run has train_steps=3, "
                      r"schedule_steps=3\. The checkpoint is kept"):
-    train.run_experiment(train_steps=3, **common)
+    flat.run(train_steps=3, **common)
   # Was: a bare haiku shape error.
   with pytest.raises(ValueError, match=r"hidden_size=16.*this run has.*hidden_size=32"):
-    train.run_experiment(train_steps=20, **dict(common, hidden_size=32))
+    flat.run(train_steps=20, **dict(common, hidden_size=32))
   with pytest.raises(ValueError, match=r"model='baseline'.*this run has model='forget'"):
     # Another model label in the same folder cannot happen through run_dir;
     # a checkpoint copied by hand is refused all the same.
     other = tmp_path / "forget" / "bfs" / "seed0"
     other.mkdir(parents=True)
     (other / "checkpoint.npz").write_bytes(saved)
-    train.run_experiment(train_steps=20, **dict(common, model="forget"))
+    flat.run(train_steps=20, **dict(common, model="forget"))
   assert ckpt.read_bytes() == saved and not _result_path(tmp_path).exists()
-  result = train.run_experiment(train_steps=20, **common)
+  result = flat.run(train_steps=20, **common)
   assert result["status"] == "done" and result["steps"] == 20
   assert result["curves"]["train"]["step"] == [5, 10, 15, 20]  # resumed, not restarted
 

@@ -271,10 +271,10 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
   train_steps = 300
   args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
           "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0,1]",
-          "--gin_param", f"run_experiment.train_steps={train_steps}",
-          "--gin_param", "run_experiment.checkpoint_every_steps=10",
-          "--gin_param", "run_experiment.log_every_steps=10",
-          "--gin_param", "run_experiment.eval_every_steps=150"] + SMALL_JOBS
+          "--gin_param", f"Protocol.train_steps={train_steps}",
+          "--gin_param", "Protocol.checkpoint_every_steps=10",
+          "--gin_param", "Protocol.log_every_steps=10",
+          "--gin_param", "Protocol.eval_every_steps=150"] + SMALL_JOBS
   proc = _sweep(args + ["--cluster", "slurm", "--results", str(results)],
                 sweep_env, tmp_path)
   assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -413,7 +413,7 @@ def test_two_sweeps_at_once_train_each_run_once(cluster, slurm, sweep_env, tmp_p
   seeds = "SEEDS=[0,1]" if cluster == "slurm" else "SEEDS=[0]"
   args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
           "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", seeds,
-          "--gin_param", "run_experiment.train_steps=10", "--cluster", cluster,
+          "--gin_param", "Protocol.train_steps=10", "--cluster", cluster,
           "--results", str(results)] + SMALL_JOBS
   n = 2 if cluster == "slurm" else 1
   try:

@@ -84,8 +84,8 @@ def test_the_job_pickles_and_checkpoint_resubmits_the_same_call():
     (["--gin", "gin/no_such_file.gin"], "gin file not found: 'gin/no_such_file.gin'"),
     (SMOKE + ["--gin_param", "ALGORITHMS=['bfs','bogo_sort']"],
      "unknown algorithm 'bogo_sort'"),
-    (SMOKE + ["--gin_param", "run_experiment.train_step=5"],
-     "Configurable 'run_experiment' doesn't have a parameter named 'train_step'"),
+    (SMOKE + ["--gin_param", "Protocol.train_step=5"],
+     "Configurable 'Protocol' doesn't have a parameter named 'train_step'"),
     (SMOKE + ["--gin_param", "slurm_resources.mem=2"],
      "Configurable 'slurm_resources' doesn't have a parameter named 'mem'"),
     (SMOKE + ["--gin_param", "no_such_configurable.x=1"], "no_such_configurable"),
@@ -94,10 +94,12 @@ def test_the_job_pickles_and_checkpoint_resubmits_the_same_call():
     (SMOKE + ["--gin_param", "SEEDS=[]"], "empty sweep"),
     (SMOKE + ["--gin_param", "SEEDS=[0,0]"], "SEEDS has duplicates"),
     (SMOKE + ["--gin_param", "slurm_resources.mem_gb=0"], "slurm_resources.mem_gb must be a number > 0, got 0"),
-    (["--gin", "gin/base.gin"], "the model is not set in the gin files"),
-    (["--gin", "gin/baseline.gin", "--gin_param", "run_experiment.model='resnet'"],
-     "unknown model 'resnet'"),
-    (["--gin", "gin/gforget.gin", "--gin_param", "run_experiment.lambda_gate={'bfs': 0.1}",
+    (["--gin", "gin/base.gin"], "the model's label is not set in the gin files"),
+    (["--gin", "gin/baseline.gin", "--gin_param", "run_experiment.model='forget'"],
+     "label 'forget' is the paper's 'forget': NetConfig.history = 'none'"),
+    (["--gin", "gin/baseline.gin", "--gin_param", "run_experiment.model='Base line'"],
+     "must be a label"),
+    (["--gin", "gin/gforget.gin", "--gin_param", "GatePenalty.lambda_gate={'bfs': 0.1}",
       "--gin_param", "ALGORITHMS=['bfs','dfs']"], "lambda_gate has no value for 'dfs'"),
     (SMOKE + ["--gin_param", "slurm_resources.cpus_per_task='x'"],
      "slurm_resources.cpus_per_task must be an int >= 1, got 'x'"),
@@ -301,7 +303,9 @@ def test_multitask_job_trains_all_algorithms_of_its_seed(tmp_path):
 @pytest.mark.parametrize("params, match", [
     (["run_experiment.model='forget'"], "MULTITASK = True but run_experiment.model = 'forget'"),
     (["SEEDS_PER_JOB=2"], "not supported for multi-task sweeps"),
-    (["run_experiment.model='gforget_multitask'"], "lambda_gate bound by hand"),
+    (["run_experiment.model='gforget_multitask'", "NetConfig.history='gated'",
+      "run_experiment.penalty=@GatePenalty()"], "lambda_gate bound by hand"),
+    (["run_experiment.model='gforget_multitask'"], "is the paper's 'gforget'"),
 ])
 def test_bad_multitask_sweeps_are_refused(tmp_path, params, match):
   with pytest.raises(ValueError, match=match):

@@ -6,9 +6,12 @@ import jax
 import numpy as np
 import pytest
 
+from nar_markov import experiment
 from nar_markov import model as model_lib
 from nar_markov import runs
 from nar_markov import train
+
+import flat
 
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=25, log_every_steps=5, checkpoint_every_steps=5,
@@ -22,7 +25,7 @@ def _cache(monkeypatch, data_cache_dir):
 
 @pytest.mark.parametrize("model", ["baseline", "forget", "gforget"])
 def test_tiny_run_improves_validation(tmp_path, model):
-  result = train.run_experiment(algorithm="bfs", seed=0, model=model,
+  result = flat.run(algorithm="bfs", seed=0, model=model,
                                 results_dir=str(tmp_path), train_steps=100,
                                 learning_rate=3e-3, lambda_gate=0.01, **TINY)
   val = result["curves"]["val"]
@@ -32,7 +35,7 @@ def test_tiny_run_improves_validation(tmp_path, model):
   assert 0.0 <= result["test_score"] <= 1.0
   on_disk = json.loads((tmp_path / model / "bfs" / "seed0" / "result.json").read_text())
   assert on_disk["schema"] == train.RESULT_SCHEMA
-  assert on_disk["history"] == train.MODELS[model]
+  assert on_disk["history"] == experiment.PAPER_LABELS[model][0]
   assert (tmp_path / model / "bfs" / "seed0" / "config.gin").exists()
   assert not (tmp_path / model / "bfs" / "seed0" / "checkpoint.npz").exists()
   curves = on_disk["curves"]
@@ -64,15 +67,15 @@ def test_resume_is_exact(tmp_path):
                 lambda_gate=0.05, **TINY)
   a, b = tmp_path / "a", tmp_path / "b"
   ckpt = lambda root: root / "gforget" / "insertion_sort" / "seed3" / "checkpoint.npz"
-  assert train.run_experiment(results_dir=str(a), stop_after_steps=10,
+  assert flat.run(results_dir=str(a), stop_after_steps=10,
                               **common)["status"] == "interrupted"
-  train.run_experiment(results_dir=str(a), stop_after_steps=5, **common)
-  train.run_experiment(results_dir=str(b), stop_after_steps=15, **common)
+  flat.run(results_dir=str(a), stop_after_steps=5, **common)
+  flat.run(results_dir=str(b), stop_after_steps=15, **common)
   pa, pb = _params(ckpt(a)), _params(ckpt(b))
   for x, y in zip(jax.tree_util.tree_leaves(pa), jax.tree_util.tree_leaves(pb)):
     np.testing.assert_allclose(x, y, atol=1e-6, rtol=0)
-  ra = train.run_experiment(results_dir=str(a), **common)
-  rb = train.run_experiment(results_dir=str(b), **common)
+  ra = flat.run(results_dir=str(a), **common)
+  rb = flat.run(results_dir=str(b), **common)
   assert ra["steps"] == rb["steps"] == 20
   np.testing.assert_allclose(ra["curves"]["train"]["loss"], rb["curves"]["train"]["loss"],
                              rtol=1e-6)
@@ -87,7 +90,7 @@ def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
     return losses._replace(total=losses.total * np.nan)
 
   monkeypatch.setattr(model_lib, "compute_losses", poisoned)
-  result = train.run_experiment(algorithm="bfs", seed=0, model="baseline",
+  result = flat.run(algorithm="bfs", seed=0, model="baseline",
                                 results_dir=str(tmp_path), train_steps=20, **TINY)
   assert result["status"] == "diverged"
   assert result["diverged_step"] == 1 and result["steps"] == 1
@@ -101,32 +104,35 @@ def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(algorithm="bogo_sort", model="baseline"), "bfs"),
-    (dict(algorithm="bfs", model="transformer"), "unknown model"),
+    (dict(algorithm="bfs", model="Trans former"), "must be a label"),
+    (dict(algorithm="bfs", model="forget", history="full"), "is the paper's 'forget'"),
     (dict(algorithm="bfs", model="baseline", hidden_size=0), "hidden_size must be > 0"),
     (dict(algorithm="bfs", model="gforget", lambda_gate={"dfs": 1.0}), "calibration"),
     (dict(algorithm="bfs", model="gforget", lambda_gate=-1.0), "lambda_gate"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
   with pytest.raises(ValueError, match=match):
-    train.run_experiment(seed=0, results_dir=str(tmp_path), **kwargs)
+    flat.run(seed=0, results_dir=str(tmp_path), **kwargs)
   assert not any(tmp_path.iterdir())
 
 
 def test_lambda_resolution():
   settings = {"schedule_steps": 1000}
-  lam, start, info = train.resolve_lambda({"bfs": 0.5}, "bfs", "gforget", settings=settings)
+  penalty = experiment.GatePenalty
+  lam, start, info = experiment.resolve_lambda(penalty({"bfs": 0.5}), "bfs", settings=settings)
   assert (lam, start, info["source"], info["reading"]) == (0.5, 600, "gin table", "schedule")
-  lam, start, info = train.resolve_lambda(0.5, "bfs", "gforget", settings=settings)
+  lam, start, info = experiment.resolve_lambda(penalty(0.5), "bfs", settings=settings)
   assert (lam, start, info["source"]) == (0.5, 600, "bound by hand")
-  assert train.resolve_lambda(0.5, "bfs", "gforget_nopenalty") == (0.0, 0, None)
-  assert train.resolve_lambda(0.5, "bfs", "forget") == (0.0, 0, None)
-  # A calibration run trains with the lambda it is given, from step 0.
-  assert train.resolve_lambda(0.5, "bfs", "calibrate")[:2] == (0.5, 0)
-  assert train.resolve_lambda(None, "bfs", "calibrate")[:2] == (0.0, 0)
+  # No penalty (baseline, ForgetNet, the penalty ablation): lambda is not used.
+  assert experiment.resolve_lambda(None, "bfs") == (0.0, 0, None)
+  # A start step (the calibration's runs): the lambda it is given, from there.
+  assert experiment.resolve_lambda(penalty(0.5, start_step=0), "bfs")[:2] == (0.5, 0)
+  with pytest.raises(ValueError, match="give lambda_gate too"):
+    penalty(None, start_step=0)
 
 
 def test_gforget_without_a_record_or_lambda_is_refused(tmp_path):
   with pytest.raises(ValueError, match="no λ calibration record for 'bfs'"):
-    train.run_experiment(algorithm="bfs", seed=0, model="gforget",
+    flat.run(algorithm="bfs", seed=0, model="gforget",
                          results_dir=str(tmp_path))
   assert not any(tmp_path.iterdir())

@@ -1,0 +1,63 @@
+"""The net's configuration: history policy and architecture, a gin-configurable dataclass without jax."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gin
+
+HISTORY_POLICIES = ("full", "none", "gated")
+IMPLS = ("auto", "fast", "reference")
+FAST_PROCESSORS = ("triplet_gmpnn",)
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class NetConfig:
+  """The net: its history policy and architecture (gin: ``NetConfig.*``).
+
+  `history` is what tells the paper's three models apart (baseline 'full',
+  ForgetNet 'none', G-ForgetNet 'gated'; gin/baseline.gin, gin/forget.gin,
+  gin/gforget.gin bind it).  The other defaults are the paper's pipeline
+  (Ibarz et al. 2022): Triplet-GMPNN, hidden 128, 8 triplet features.
+  """
+  hidden_size: int = 128
+  history: str = "full"
+  processor: str = "triplet_gmpnn"
+  use_ln: bool = True
+  nb_triplet_fts: int = 8
+  nb_msg_passing_steps: int = 1
+  encoder_init: str = "xavier_on_scalars"
+  # Eq. 5 says "a simple MLP"; we use Linear-ReLU-Linear of width hidden_size.
+  gate_mlp_layers: int = 2
+  # Initial bias of the gate's last layer: 0 starts the gate half open, g ~ 0.5.
+  gate_bias_init: float = 0.0
+  # How the same function is computed: 'reference' runs dm-clrs's modules as
+  # they are; 'fast' is nar_markov.fastnet (same parameters, same function up
+  # to round-off, less work); 'auto' = 'fast' where it exists (triplet_gmpnn).
+  impl: str = "auto"
+  # Fast path, training: recompute each step's forward in the backward pass
+  # instead of storing its intermediates (on CPU the stores and copies of
+  # [B, N, N, H] residuals cost more than the recomputation; see README).
+  remat: bool = True
+
+  def __post_init__(self):
+    if self.history not in HISTORY_POLICIES:
+      raise ValueError(
+          f"history must be one of {HISTORY_POLICIES}, got {self.history!r}")
+    if int(self.hidden_size) <= 0:
+      raise ValueError(f"hidden_size must be > 0, got {self.hidden_size}")
+    if self.nb_msg_passing_steps < 1:
+      raise ValueError("nb_msg_passing_steps must be >= 1")
+    if self.gate_mlp_layers < 1:
+      raise ValueError("gate_mlp_layers must be >= 1")
+    if self.impl not in IMPLS:
+      raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r}")
+    if self.impl == "fast" and self.processor not in FAST_PROCESSORS:
+      raise ValueError(f"impl='fast' exists for {FAST_PROCESSORS} only, "
+                       f"not {self.processor!r}; use impl='reference'")
+
+  @property
+  def fast(self) -> bool:
+    return self.impl == "fast" or (self.impl == "auto" and
+                                   self.processor in FAST_PROCESSORS)

@@ -1,0 +1,64 @@
+"""Tests' shorthand: a run's settings as flat keywords (hidden_size=16, train_steps=20,
+lambda_gate=0.1, ...), turned into run_experiment's label and components."""
+
+import dataclasses
+import re
+from typing import Any, Dict, List
+
+from nar_markov import experiment
+from nar_markov.netconfig import NetConfig
+
+NET_FIELDS = {f.name for f in dataclasses.fields(NetConfig)}
+PROTOCOL_FIELDS = {f.name for f in dataclasses.fields(experiment.Protocol)}
+
+
+def components(**flat) -> Dict[str, Any]:
+  """run_experiment's keywords from flat ones.  The history and whether there
+  is a gate penalty follow the paper's label (`model`) unless given
+  (`history=`, `penalty=`); `lambda_gate` goes to the GatePenalty."""
+  flat = dict(flat)
+  net = {k: flat.pop(k) for k in list(flat) if k in NET_FIELDS}
+  protocol = {k: flat.pop(k) for k in list(flat) if k in PROTOCOL_FIELDS}
+  model = flat.get("model", "")
+  base = model[:-len("_multitask")] if model.endswith("_multitask") else model
+  history, has_penalty = experiment.PAPER_LABELS.get(base, ("full", "lambda_gate" in flat))
+  net.setdefault("history", history)
+  lam = flat.pop("lambda_gate", None)
+  if "penalty" not in flat:
+    flat["penalty"] = experiment.GatePenalty(lam) if has_penalty else None
+  return dict(flat, net=NetConfig(**net), protocol=experiment.Protocol(**protocol))
+
+
+def run(**flat):
+  """experiment.run_experiment with flat keywords."""
+  return experiment.run_experiment(**components(**flat))
+
+
+def gin_key(name: str) -> str:
+  """The gin binding key of a flat keyword."""
+  if name in NET_FIELDS:
+    return f"NetConfig.{name}"
+  if name in PROTOCOL_FIELDS:
+    return f"Protocol.{name}"
+  if name == "lambda_gate":
+    return "GatePenalty.lambda_gate"
+  return f"run_experiment.{name}"
+
+
+def gin_params(**flat) -> List[str]:
+  """Gin bindings of flat keywords (model, history and penalty left to the gin file)."""
+  return [f"{gin_key(k)}={v!r}" for k, v in flat.items()]
+
+
+_KEY = re.compile(r"run_experiment\.(\w+)")
+
+
+def rebind(binding: str) -> str:
+  """An old-style 'run_experiment.<flat> = v' binding under its component."""
+  return _KEY.sub(lambda m: gin_key(m.group(1)), binding)
+
+
+def settings(algorithm: str, **flat) -> Dict[str, Any]:
+  """experiment.run_settings of `algorithm` with flat keywords."""
+  c = components(**flat)
+  return experiment.run_settings(algorithm, c["protocol"], c["net"])
