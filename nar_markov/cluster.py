@@ -174,7 +174,7 @@ def job_groups(runs: Sequence[Run]) -> List[List[Run]]:
 
 
 # The functions a `Job` calls ("module:name"; imported in the job's process).
-TRAIN = "nar_markov.train:run_from_gin"
+TRAIN = "nar_markov.experiment:run_from_gin"
 CALIBRATE = "nar_markov.calibrate:calibrate_from_gin"
 
 

@@ -101,6 +101,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zlib
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
@@ -410,6 +411,21 @@ class TrainStream:
     for sampler, s in zip(self._samplers, state["samplers"]):
       sampler._rng.set_state(s["rng"])  # pylint: disable=protected-access
       sampler.max_steps = s["max_steps"]
+
+
+def stream_seed(seed: int, algorithm: str, algorithms: Sequence[str]) -> int:
+  """Seed of `algorithm`'s train stream and validation pool in a job of `algorithms`.
+
+  One algorithm: the run's seed (single-task runs).  Several: keyed by name
+  (crc32 is stable across processes, unlike hash()), so that algorithms with
+  the same sampler (bfs and dfs: the same graphs) get different data, and
+  the data do not depend on the order of the list.  run.py draws its
+  per-algorithm sampler seeds from one RandomState in list order instead.
+  """
+  if len(algorithms) == 1:
+    return int(seed)
+  entropy = [int(seed), zlib.crc32(check_algorithm(algorithm).encode())]
+  return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 # --------------------------------------------------------------------------

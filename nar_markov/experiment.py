@@ -19,9 +19,7 @@ import copy
 import dataclasses
 import inspect
 import math
-import pathlib
 import re
-import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
@@ -372,21 +370,6 @@ def check_algorithms(algorithm: Union[str, Sequence[str]]) -> Tuple[List[str], b
   return algorithms, one
 
 
-def stream_seed(seed: int, algorithm: str, algorithms: Sequence[str]) -> int:
-  """Seed of `algorithm`'s train stream and validation pool in a job of `algorithms`.
-
-  One algorithm: the run's seed (single-task runs).  Several: keyed by name
-  (crc32 is stable across processes, unlike hash()), so that algorithms with
-  the same sampler (bfs and dfs: the same graphs) get different data, and
-  the data do not depend on the order of the list.  run.py draws its
-  per-algorithm sampler seeds from one RandomState in list order instead.
-  """
-  if len(algorithms) == 1:
-    return int(seed)
-  entropy = [int(seed), zlib.crc32(clrs30.check_algorithm(algorithm).encode())]
-  return int(np.random.SeedSequence(entropy).generate_state(1)[0])
-
-
 def resolve_train_lengths(train_lengths: Union[Sequence[int], Mapping[str, Sequence[int]]],
                           algorithm: str) -> Tuple[int, ...]:
   """The train lengths configured for `algorithm` (one list, or a dict alg -> list).
@@ -455,14 +438,6 @@ def _make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePen
                        penalty_start=start, lambda_info=info, settings=settings,
                        definition=run_definition(model, alg, settings, lam, start, info)))
   return tasks
-
-
-def job_folder(results_dir, model: str, algorithms: Sequence[str], seed: int) -> pathlib.Path:
-  """Where the job of `seed` keeps its checkpoint: the run folder of its one
-  algorithm, or for several the multi-task job folder (runs.multitask_job_dir)."""
-  if len(algorithms) == 1:
-    return run_dir(results_dir, model, algorithms[0], seed)
-  return runs.multitask_job_dir(results_dir, model, seed)
 
 
 @gin.configurable(denylist=["algorithm", "seed", "results_dir"])
@@ -547,13 +522,25 @@ def run_experiment(*,
       raise TypeError(f"run_experiment.{name} must be a {kind.__name__} or None, "
                       f"got {value!r}")
   net = net if net is not None else NetConfig()
-  args = dict(algorithm=algorithm, seed=seed, model=check_label(model, net, penalty),
-              results_dir=results_dir, net=net,
-              protocol=protocol if protocol is not None else Protocol(),
-              penalty=penalty, cache_dir=cache_dir, stop_after_steps=stop_after_steps,
-              save_final_state=save_final_state, progress=progress)
+  protocol = protocol if protocol is not None else Protocol()
+  model = check_label(model, net, penalty)
+  seeds, one_seed = check_seeds(seed)
+  algorithms, one_alg = check_algorithms(algorithm)
+  if len(algorithms) > 1 and not model.endswith(MULTITASK_SUFFIX):
+    raise ValueError(
+        f"{len(algorithms)} algorithms train one shared processor: use a multi-task "
+        f"label ({model + MULTITASK_SUFFIX!r}, gin/multitask.gin), not {model!r}")
+  if penalty is not None and net.history != "gated":
+    raise ValueError(f"a gate penalty needs the gated history (NetConfig.history = "
+                     f"'gated'), not {net.history!r}")
+  tasks = _make_tasks(model, algorithms, penalty, results_dir, protocol, net)
   from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
-  return train.run(**args)
+  return train.run(tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
+                   multitask=model.endswith(MULTITASK_SUFFIX), results_dir=results_dir,
+                   net=net, protocol=protocol,
+                   gin_str=gin.config_str() or as_gin(model, net, protocol, penalty),
+                   cache_dir=cache_dir, stop_after_steps=stop_after_steps,
+                   save_final_state=save_final_state, progress=progress)
 
 
 def as_gin(model: str, net: NetConfig, protocol: Protocol,
@@ -569,3 +556,22 @@ def as_gin(model: str, net: NetConfig, protocol: Protocol,
   if penalty is not None:
     lines.append("run_experiment.penalty = @GatePenalty()")
   return "\n".join(lines) + "\n"
+
+
+def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
+                 algorithms: Sequence[str], seeds: Sequence[int], results_dir: str,
+                 multitask: bool = False) -> List[str]:
+  """A sweep's job: parse gin afresh in this process, train, return the result paths.
+
+  One job: `seeds` of one algorithm (K-seed mode when K > 1), or with
+  `multitask` one processor on all `algorithms` for each seed.
+  """
+  config_lib.parse_gin(gin_files, gin_params)
+  algorithms, seeds = list(algorithms), [int(s) for s in seeds]
+  if not multitask and len(algorithms) != 1:
+    raise ValueError(f"a single-task job trains one algorithm, got {algorithms}")
+  run_experiment(algorithm=algorithms if multitask else algorithms[0], seed=seeds,
+                 results_dir=results_dir)
+  model = configured()["model"]
+  return [str(run_dir(results_dir, model, a, s) / runs.RESULT_NAME)
+          for s in seeds for a in algorithms]

@@ -85,6 +85,14 @@ def multitask_job_dir(results_dir, model: str, seed: int) -> pathlib.Path:
   return pathlib.Path(results_dir) / MULTITASK_JOB_DIR / model / f"seed{int(seed)}"
 
 
+def job_folder(results_dir, model: str, algorithms: Sequence[str], seed: int) -> pathlib.Path:
+  """Where the job of `seed` keeps its checkpoint: the run folder of its one
+  algorithm, or for several the multi-task job folder (multitask_job_dir)."""
+  if len(algorithms) == 1:
+    return run_dir(results_dir, model, algorithms[0], seed)
+  return multitask_job_dir(results_dir, model, seed)
+
+
 def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
   """Write to a temp file in the same folder, fsync, then rename over `path`."""
   path = pathlib.Path(path)

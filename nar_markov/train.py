@@ -1,7 +1,7 @@
 """The one training loop: a list of algorithms x seeds, checkpoints, validation, results.
 
 `run` trains what nar_markov.experiment.run_experiment (the gin-configurable entry
-point, importable without jax) resolved: one processor on a list of algorithms
+point, importable without jax) resolved, and imports nothing of it: one processor on a list of algorithms
 (single-task is a list of one; several: dm-clrs run.py's multi-task rule) for one
 or more seeds (K seeds of one algorithm: one `jax.vmap`-ed step).  It keeps the
 best-validation parameters, scores them on the OOD test split with
@@ -31,10 +31,9 @@ import platform
 import re
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import clrs
-import gin
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -43,15 +42,14 @@ import optax
 
 from nar_markov import data
 from nar_markov import devices
-from nar_markov import experiment
-from nar_markov.experiment import (
-    MULTITASK_SUFFIX, GatePenalty, Protocol, _Task, _make_tasks, as_gin, check_algorithms,
-    check_seeds, job_folder, run_experiment, stream_seed)
 from nar_markov import fastnet
 from nar_markov import lambda_heuristic
 from nar_markov import model as model_lib
 from nar_markov import params_io
 from nar_markov import runs
+
+if TYPE_CHECKING:  # what a run is (jax-free) builds what this module trains; never imported here
+  from nar_markov.experiment import Protocol, _Task  # pylint: disable=g-bad-import-order
 
 # Checkpoint format of the one loop (lists per algorithm); `upgrade_checkpoint`.
 CHECKPOINT_FORMAT = 2
@@ -346,22 +344,15 @@ def log(msg: str) -> None:
   print(f"[nar_markov] {msg}", file=sys.stderr, flush=True)
 
 
-def run(*, algorithm, seed, model: str, results_dir, net: model_lib.NetConfig,
-        protocol: Protocol, penalty: Optional[GatePenalty], cache_dir, stop_after_steps,
-        save_final_state, progress) -> Any:
-  """experiment.run_experiment's training (its docstring): the arguments
-  resolved and checked there, no defaults here."""
+def run(tasks: List["_Task"], *, seeds: List[int], one_seed: bool, one_alg: bool,
+        model: str, multitask: bool, results_dir, net: model_lib.NetConfig,
+        protocol: "Protocol", gin_str: str, cache_dir, stop_after_steps, save_final_state,
+        progress) -> Any:
+  """Train `tasks` (one per algorithm, nar_markov.experiment._make_tasks) for
+  `seeds`: what experiment.run_experiment checked and resolved (its docstring).
+  Returns its results, shaped as run_experiment says."""
   setup_compilation_cache()
-  seeds, one_seed = check_seeds(seed)
-  algorithms, one_alg = check_algorithms(algorithm)
-  if len(algorithms) > 1 and not model.endswith(MULTITASK_SUFFIX):
-    raise ValueError(
-        f"{len(algorithms)} algorithms train one shared processor: use a multi-task "
-        f"label ({model + MULTITASK_SUFFIX!r}, gin/multitask.gin), not {model!r}")
-  if penalty is not None and net.history != "gated":
-    raise ValueError(f"a gate penalty needs the gated history (NetConfig.history = "
-                     f"'gated'), not {net.history!r}")
-  tasks = _make_tasks(model, algorithms, penalty, results_dir, protocol, net)
+  algorithms = [t.algorithm for t in tasks]
 
   def verdicts_of(s):
     return [runs.check_result(run_dir(results_dir, model, t.algorithm, s),
@@ -379,7 +370,7 @@ def run(*, algorithm, seed, model: str, results_dir, net: model_lib.NetConfig,
       if not all(v.done for v in verdicts[s]):
         # One trainer per job: a second process is refused (runs.run_lock);
         # then look again -- the other may have finished in between.
-        locks.enter_context(runs.run_lock(job_folder(results_dir, model, algorithms, s)))
+        locks.enter_context(runs.run_lock(runs.job_folder(results_dir, model, algorithms, s)))
         verdicts[s] = verdicts_of(s)
       if all(v.done for v in verdicts[s]):
         for v in verdicts[s]:
@@ -395,8 +386,8 @@ def run(*, algorithm, seed, model: str, results_dir, net: model_lib.NetConfig,
       todo.append(s)
     if todo:
       job = _make_job(
-          tasks, model=model, net_config=net, protocol=protocol, penalty=penalty,
-          cache_dir=cache_dir, stop_after_steps=stop_after_steps,
+          tasks, model=model, multitask=multitask, net_config=net, protocol=protocol,
+          gin_str=gin_str, cache_dir=cache_dir, stop_after_steps=stop_after_steps,
           save_final_state=save_final_state, progress=progress)
       results.update(_train_seeds(job, todo, results_dir))
 
@@ -406,9 +397,9 @@ def run(*, algorithm, seed, model: str, results_dir, net: model_lib.NetConfig,
   return ordered[0] if one_seed else ordered
 
 
-def _make_job(tasks: List[_Task], *, model: str, net_config: model_lib.NetConfig,
-              protocol: Protocol, penalty: Optional[GatePenalty], cache_dir,
-              stop_after_steps, save_final_state, progress) -> "_Job":
+def _make_job(tasks: List["_Task"], *, model: str, multitask: bool,
+              net_config: model_lib.NetConfig, protocol: "Protocol", gin_str: str,
+              cache_dir, stop_after_steps, save_final_state, progress) -> "_Job":
   """What the seeds of one run_experiment call share: net, optimizer, test splits."""
   p = protocol
   specs = [data.get_spec(t.algorithm) for t in tasks]
@@ -425,7 +416,7 @@ def _make_job(tasks: List[_Task], *, model: str, net_config: model_lib.NetConfig
                              p.grad_clip_max_norm)
   net = Model(specs, nb_dims, net_config, optimizer)
   return _Job(
-      model=model, tasks=tasks, multitask=model.endswith(MULTITASK_SUFFIX),
+      model=model, tasks=tasks, multitask=multitask,
       summed_step=make_summed_train_step(net, len(tasks)) if summed else None,
       save_final_state=bool(save_final_state), net=net, optimizer=optimizer,
       train_steps=int(p.train_steps), eval_every_steps=int(p.eval_every_steps),
@@ -434,7 +425,7 @@ def _make_job(tasks: List[_Task], *, model: str, net_config: model_lib.NetConfig
       val_batch_size=int(p.val_batch_size), val_max_samples=p.val_max_samples,
       test_max_samples=p.test_max_samples, stop_after_steps=stop_after_steps,
       progress=progress,
-      gin_str=gin.config_str() or as_gin(model, net_config, protocol, penalty),
+      gin_str=gin_str,
       validation_mode=p.validation_mode, multitask_update=p.multitask_update,
       batch_size=int(p.batch_size))
 
@@ -451,13 +442,12 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
       atomic_write_bytes(out_dir / "config.gin", job.gin_str.encode())
     # Data: one train stream and one validation pool per algorithm and seed,
     # as run.py; the test splits from the cache (the official draw).
-    streams = [data.TrainStream(t.algorithm, seed=stream_seed(s, t.algorithm, algorithms),
-                                batch_size=job.batch_size, lengths=t.lengths)
-               for t in job.tasks]
-    vals = [data.ValidationPool(t.algorithm, seed=stream_seed(s, t.algorithm, algorithms),
-                                lengths=t.lengths, mode=job.validation_mode)
-            for t in job.tasks]
-    run = _SeedRun(job, s, job_folder(results_dir, job.model, algorithms, s), out_dirs,
+    seeds_of = [data.stream_seed(s, t.algorithm, algorithms) for t in job.tasks]
+    streams = [data.TrainStream(t.algorithm, seed=k, batch_size=job.batch_size,
+                                lengths=t.lengths) for t, k in zip(job.tasks, seeds_of)]
+    vals = [data.ValidationPool(t.algorithm, seed=k, lengths=t.lengths,
+                                mode=job.validation_mode) for t, k in zip(job.tasks, seeds_of)]
+    run = _SeedRun(job, s, runs.job_folder(results_dir, job.model, algorithms, s), out_dirs,
                    streams, vals)
     params, opt_state = run.start()
     by_step.setdefault(run.step, []).append((run, params, opt_state))
@@ -498,7 +488,7 @@ def make_summed_train_step(net: Model, nb_algorithms: int):
 class _Job:
   """What the seeds of one run_experiment call share."""
   model: str
-  tasks: List[_Task]
+  tasks: List["_Task"]
   multitask: bool                     # a *_multitask label (result fields)
   summed_step: Any                    # multitask_update='summed' with >1 algorithm
   save_final_state: bool
@@ -518,7 +508,7 @@ class _Job:
   multitask_update: str
   batch_size: int
 
-  def lambda_at(self, task: _Task, step: int) -> np.float32:
+  def lambda_at(self, task: "_Task", step: int) -> np.float32:
     """The penalty weight of train step `step` (0-based): the heuristic's reading."""
     # A numpy scalar: no eager conversion to compile, one compiled step for both.
     return np.float32(task.lam if step >= task.penalty_start else 0.0)
@@ -814,7 +804,7 @@ class _SeedRun:
           f"{score if score is None else round(score, 4)}")
     return results
 
-  def result_of(self, task: _Task, test_res: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+  def result_of(self, task: "_Task", test_res: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The result record of one algorithm (schema: nar_markov.runs)."""
     job, state = self.job, self.state
     steps_done = self.step if self.diverged_step is None else self.diverged_step
@@ -1027,23 +1017,3 @@ def load_checkpoint(path: pathlib.Path):
   except ValueError as e:  # a checkpoint cut short by a kill: start over, loudly
     log(f"WARNING: unreadable checkpoint {path} ({e}); starting from step 0")
     return None
-
-
-def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
-                 algorithms: Sequence[str], seeds: Sequence[int], results_dir: str,
-                 multitask: bool = False) -> List[str]:
-  """Parse gin afresh in this process, train one job, return its result paths.
-
-  One job: `seeds` of one algorithm (K-seed mode when K > 1), or with
-  `multitask` one processor on all `algorithms` for each seed.
-  """
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  config_lib.parse_gin(gin_files, gin_params)
-  algorithms, seeds = list(algorithms), [int(s) for s in seeds]
-  if not multitask and len(algorithms) != 1:
-    raise ValueError(f"a single-task job trains one algorithm, got {algorithms}")
-  run_experiment(algorithm=algorithms if multitask else algorithms[0], seed=seeds,
-                 results_dir=results_dir)
-  model = experiment.configured()["model"]
-  return [str(run_dir(results_dir, model, a, s) / RESULT_NAME)
-          for s in seeds for a in algorithms]

@@ -9,7 +9,6 @@ import pytest
 from nar_markov import config
 from nar_markov import data
 from nar_markov import experiment
-from nar_markov import train
 
 GIN_DIR = config.GIN_DIR
 SMOKE = ["Protocol.train_steps = 2", "Protocol.eval_every_steps = 2",
@@ -34,7 +33,7 @@ def test_expected_files_are_shipped():
 def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_cache_dir):
   monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
   if name == "multitask.gin":  # the same run_experiment: the same smoke bindings
-    paths = train.run_from_gin(
+    paths = experiment.run_from_gin(
         [str(GIN_DIR / name), str(GIN_DIR / "smoke.gin")],
         SMOKE + ["ALGORITHMS = ['bfs', 'insertion_sort']"],
         algorithms=["bfs", "insertion_sort"], seeds=[0], results_dir=str(tmp_path),
@@ -54,7 +53,7 @@ def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_ca
     # lambda from a calibration record by default (tests/test_calibrate.py);
     # here bound by hand, which the sweep and run_experiment also accept.
     params.append("GatePenalty.lambda_gate = 0.01")
-  (path,) = train.run_from_gin(files, params, algorithms=[algorithm], seeds=[0],
+  (path,) = experiment.run_from_gin(files, params, algorithms=[algorithm], seeds=[0],
                                results_dir=str(tmp_path))
   result = pathlib.Path(path)
   assert result.exists() and (result.parent / "config.gin").exists()

@@ -23,6 +23,7 @@ from launch import status as status_lib  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import cluster  # pylint: disable=wrong-import-position
 from nar_markov import data  # pylint: disable=wrong-import-position
+from nar_markov import experiment  # pylint: disable=wrong-import-position
 from nar_markov import train  # pylint: disable=wrong-import-position
 from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
 
@@ -115,7 +116,7 @@ def _on_disk(root, seed):
 def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
   # Through the sweep's entry point (gin), so the job path is what is tested.
   params = flat.gin_params(**{k: v for k, v in TINY.items() if k != "model"})
-  paths = train.run_from_gin(
+  paths = experiment.run_from_gin(
       ["gin/gforget.gin"], params, algorithms=[ALG], seeds=SEEDS, results_dir=str(tmp_path))
   assert paths == [str(train.run_dir(tmp_path, MODEL, ALG, s) / "result.json") for s in SEEDS]
   for s in SEEDS:
@@ -265,7 +266,7 @@ def test_job_groups_pack_up_to_k_seeds_of_one_algorithm(tmp_path):
 
 def test_the_job_pickles_calls_its_function_and_resubmits_the_same_call(monkeypatch):
   seen = []
-  monkeypatch.setattr(train, "run_from_gin",
+  monkeypatch.setattr(experiment, "run_from_gin",
                       lambda gin_files, gin_params, **kwargs: seen.append(
                           (gin_files, gin_params, kwargs))
                       or ["x", "y"])
@@ -342,7 +343,7 @@ def test_debug_cluster_runs_each_k_seed_job_once(write_result, tmp_path, monkeyp
     return [str(train.run_dir(results_dir, "baseline", algorithm, s) / "result.json")
             for s in seeds]
 
-  monkeypatch.setattr(train, "run_from_gin", fake)
+  monkeypatch.setattr(experiment, "run_from_gin", fake)
   results = tmp_path / "results"
   write_result(results, "baseline", "bfs", 0)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=3",

@@ -244,7 +244,7 @@ def test_checkpoint_of_other_algorithms_is_refused(runs, tmp_path):
 def test_settings_never_leak_between_algorithms():
   """dm-clrs run.py gives every algorithm after a string matcher its 20 nodes."""
   algorithms = ["naive_string_matcher", "articulation_points", "bfs"]
-  streams = [data.TrainStream(a, seed=experiment.stream_seed(0, a, algorithms), batch_size=4,
+  streams = [data.TrainStream(a, seed=data.stream_seed(0, a, algorithms), batch_size=4,
                               lengths=experiment.resolve_train_lengths((4, 7, 16), a))
              for a in algorithms]
   batches = {s.algorithm: [next(s) for _ in range(3)] for s in streams}
@@ -260,9 +260,9 @@ def test_settings_never_leak_between_algorithms():
   assert kwargs["bfs"] == kwargs["articulation_points"] == {"length": 4}
   # A stream depends on (seed, algorithm) only, not on its neighbours or order;
   # alone (single-task), an algorithm's stream is seeded with the run's seed.
-  assert experiment.stream_seed(0, "bfs", ["bfs", "dfs"]) == experiment.stream_seed(
-      0, "bfs", ["dfs", "minimum", "bfs"]) != experiment.stream_seed(0, "dfs", ["bfs", "dfs"])
-  assert experiment.stream_seed(7, "bfs", ["bfs"]) == 7
+  assert data.stream_seed(0, "bfs", ["bfs", "dfs"]) == data.stream_seed(
+      0, "bfs", ["dfs", "minimum", "bfs"]) != data.stream_seed(0, "dfs", ["bfs", "dfs"])
+  assert data.stream_seed(7, "bfs", ["bfs"]) == 7
 
 
 def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, monkeypatch):
@@ -350,10 +350,10 @@ def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch
   job = dict(algorithms=["minimum", "bfs"], seeds=[2], results_dir=str(tmp_path),
              multitask=True)
   with pytest.raises(_Killed):
-    train.run_from_gin(["gin/multitask.gin"], params, **job)
+    experiment.run_from_gin(["gin/multitask.gin"], params, **job)
   ckpt = _load(_job_ckpt(tmp_path, "forget_multitask", 2))
   assert ckpt["step"] == 2 and list(ckpt["test_results"]) == ["minimum"]
-  paths = train.run_from_gin(["gin/multitask.gin"], params, **job)
+  paths = experiment.run_from_gin(["gin/multitask.gin"], params, **job)
   assert tested == [0, 1, 1]  # minimum is not tested again
   assert paths == [str(tmp_path / "forget_multitask" / alg / "seed2" / "result.json")
                    for alg in ("minimum", "bfs")]

@@ -20,6 +20,8 @@ if str(REPO_ROOT) not in sys.path:
 from launch import status as status_lib  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import cluster  # pylint: disable=wrong-import-position
+from nar_markov import experiment  # pylint: disable=wrong-import-position
+from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
 
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
 
@@ -237,7 +239,6 @@ def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm
 
 
 def test_debug_cluster_runs_in_process(write_result, tmp_path, monkeypatch, capsys):
-  from nar_markov import train
   calls = []
 
   def fake_run_from_gin(gin_files, gin_params, *, algorithms, seeds, results_dir,
@@ -246,9 +247,9 @@ def test_debug_cluster_runs_in_process(write_result, tmp_path, monkeypatch, caps
     assert not multitask
     calls.append((algorithm, seed))
     write_result(results_dir, "baseline", algorithm, seed, test_score=0.25 * seed)
-    return [str(train.run_dir(results_dir, "baseline", algorithm, seed) / "result.json")]
+    return [str(runs_lib.run_dir(results_dir, "baseline", algorithm, seed) / "result.json")]
 
-  monkeypatch.setattr(train, "run_from_gin", fake_run_from_gin)
+  monkeypatch.setattr(experiment, "run_from_gin", fake_run_from_gin)
   results = tmp_path / "results"
   rc = sweep.main(SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0,1]",
                            "--cluster", "debug", "--results", str(results)])
@@ -314,7 +315,6 @@ def test_bad_multitask_sweeps_are_refused(tmp_path, params, match):
 
 
 def test_multitask_debug_sweep_skips_done_seeds(write_result, tmp_path, monkeypatch, capsys):
-  from nar_markov import train
   calls = []
 
   def fake(gin_files, gin_params, *, algorithms, seeds, results_dir, multitask):
@@ -324,11 +324,11 @@ def test_multitask_debug_sweep_skips_done_seeds(write_result, tmp_path, monkeypa
     paths = []
     for alg in ("bfs", "dfs"):
       write_result(results_dir, "forget_multitask", alg, seed, test_score=0.5)
-      paths.append(str(train.run_dir(results_dir, "forget_multitask", alg, seed)
+      paths.append(str(runs_lib.run_dir(results_dir, "forget_multitask", alg, seed)
                        / "result.json"))
     return paths
 
-  monkeypatch.setattr(train, "run_from_gin", fake)
+  monkeypatch.setattr(experiment, "run_from_gin", fake)
   results = tmp_path / "results"
   write_result(results, "forget_multitask", "bfs", 0)
   write_result(results, "forget_multitask", "dfs", 0)
