@@ -9,7 +9,7 @@ runs, per training step, on this machine:
 
 - vmapped: seeds `seed .. seed+K-1` trained by ONE `train.make_vmapped_train_step`
   call per step, on their batches stacked by `train.stack_batches` (time-padded
-  to the longest of the K) -- the K-seed loop of `train.run_experiment`,
+  to the longest of the K) -- the K-seed loop of `experiment.run_experiment`,
   stacking and step rng included.
 - sequential: the same K seeds one after another, each with its own
   `train.Model` (so its own jitted `Model.train_step`), as K separate runs.

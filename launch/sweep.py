@@ -39,7 +39,7 @@ with code 2 before anything is submitted.
 
 SEEDS_PER_JOB = K > 1 (gin macro, gin/base.gin): the runs to submit of each
 (model, algorithm) go out in jobs of up to K seeds, trained together in one
-process with one vmapped step (nar_markov.train.run_experiment, K-seed mode);
+process with one vmapped step (nar_markov.experiment.run_experiment, K-seed mode);
 --dry-run lists the jobs.
 
 --cluster auto: slurm if `sbatch` is on PATH, else local.  local: the runs one

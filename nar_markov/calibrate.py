@@ -4,8 +4,8 @@ The heuristic itself -- its two readings, the search arithmetic, the records -- 
 nar_markov/lambda_heuristic.py (its docstring says what the paper asks and why the
 'schedule' reading is the default).  Here it is carried out: the lambda = 0 run of every
 calibration seed (and under the 'constant' reading the search trials), trained with
-nar_markov.train (imported only when a calibration runs), each resumable from its
-checkpoint, then the record.
+nar_markov.experiment.run_experiment (which imports jax only when it trains), each
+resumable from its checkpoint, then the record.
 
 CLI:
   python -m nar_markov.calibrate --gin gin/gforget.gin --algorithm bfs --results R
@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from nar_markov import experiment
 from nar_markov import quiet
+from nar_markov import runs
 from nar_markov.lambda_heuristic import (
     RECORD_SCHEMA, SETTINGS_KEYS, CalibrationError, LambdaHeuristic, atomic_write_json,
     check_results_dir, format_records, lambda0_results_dir, load_lambda, measure,
@@ -47,7 +48,6 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   on the same cosine horizon.  `run_kwargs` go to every run_experiment call
   (cache_dir, progress).
   """
-  from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax)
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
   components = experiment.configured(**{k: v for k, v in (("net", net), ("protocol", protocol))
@@ -72,7 +72,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   per_seed = []
   for seed in h.seeds:
     base_dir = lambda0_results_dir(results_dir)
-    base = train.run_experiment(seed=seed, results_dir=str(base_dir),
+    base = experiment.run_experiment(seed=seed, results_dir=str(base_dir),
                                 penalty=experiment.GatePenalty(0.0, start_step=0),
                                 save_final_state=True, **common)
     m0 = measure(base, step, window)
@@ -80,22 +80,22 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
       raise CalibrationError(f"{algorithm} seed {seed}: gate term G = {m0['G']}; "
                              "cannot calibrate")
     entry = {"seed": seed, "lambda0": m0["L"] / m0["G"], "at_lambda0": m0,
-             "run_dir": str(train.run_dir(base_dir, "calibrate", algorithm, seed)),
-             "final_state": str(train.run_dir(base_dir, "calibrate", algorithm, seed)
-                                / train.FINAL_STATE_NAME)}
+             "run_dir": str(runs.run_dir(base_dir, "calibrate", algorithm, seed)),
+             "final_state": str(runs.run_dir(base_dir, "calibrate", algorithm, seed)
+                                / runs.FINAL_STATE_NAME)}
     if h.reading == "schedule":
       entry["lambda"] = entry["lambda0"]
     else:
       def run_trial(i, lam, seed=seed):
         trial_dir = trial_results_dir(results_dir, algorithm, seed, i)
-        res = train.run_experiment(seed=seed, results_dir=str(trial_dir),
+        res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
                                    penalty=experiment.GatePenalty(lam, start_step=0),
                                    **common)
         if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):
           raise CalibrationError(
               f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "
               f"search now asks for {lam} (other settings?); move it aside")
-        run_folder = str(train.run_dir(trial_dir, "calibrate", algorithm, seed))
+        run_folder = str(runs.run_dir(trial_dir, "calibrate", algorithm, seed))
         if res["status"] == "diverged" and res["diverged_step"] <= step:
           log(f"{algorithm} seed {seed} trial {i}: λ = {lam:.6g} diverged at step "
               f"{res['diverged_step']}: counted as above the band")

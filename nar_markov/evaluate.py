@@ -63,7 +63,7 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
                 nb_dims: Optional[Any] = None, cache_dir: Optional[str] = None):
   """The train.Model of a saved run: the net that `net_config` describes over `algorithms`
   (a list of one for single-task). nb_dims: the metadata's (a dict, or one per algorithm),
-  else taken from the val splits as train.run_experiment takes them."""
+  else taken from the val splits as experiment.run_experiment takes them."""
   from nar_markov import data
   from nar_markov import model as model_lib
   from nar_markov import train

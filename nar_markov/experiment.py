@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections.abc
 import copy
 import dataclasses
-import inspect
 import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -260,9 +259,10 @@ def configured(**given) -> Dict[str, Any]:
   """run_experiment's label and components as gin (parsed) would call it:
   model, net, protocol and penalty -- `given` ones as they are, the others
   from the gin bindings (and the configurables' defaults).  No jax."""
-  params = inspect.signature(run_experiment).parameters
   out = {}
-  for name in ("model", "net", "protocol", "penalty"):
+  # run_experiment's own defaults for these (None: the component's gin bindings).
+  for name, default in (("model", gin.REQUIRED), ("net", None), ("protocol", None),
+                        ("penalty", None)):
     if name in given:
       out[name] = given[name]
       continue
@@ -270,7 +270,7 @@ def configured(**given) -> Dict[str, Any]:
       # deepcopy evaluates a configurable reference (`@GatePenalty()`) as gin would.
       out[name] = copy.deepcopy(config_lib.bound_value(f"run_experiment.{name}"))
     except ValueError:
-      out[name] = params[name].default
+      out[name] = default
   out["net"] = out["net"] if out["net"] is not None else NetConfig()
   out["protocol"] = out["protocol"] if out["protocol"] is not None else Protocol()
   return out

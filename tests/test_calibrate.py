@@ -104,7 +104,7 @@ def test_search_bisects_when_the_secant_step_would_leave_the_bracket():
 
 
 class FakeTraining:
-  """train.run_experiment's contract for calibrate.py, without a net: the
+  """experiment.run_experiment's contract for calibrate.py, without a net: the
   penalty's share over the window is a logistic function of λ, result.json
   is written in the run folder and read back when it exists."""
 
@@ -148,7 +148,7 @@ SETTINGS = dict(algorithm="bfs", train_steps=1000, batch_size=32, hidden_size=12
 def fake(monkeypatch):
   config.parse_gin([], [])
   fake = FakeTraining()
-  monkeypatch.setattr(train, "run_experiment", fake)
+  monkeypatch.setattr(experiment, "run_experiment", fake)
   monkeypatch.setattr(experiment, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
   return fake
 
@@ -188,17 +188,17 @@ def test_constant_reading_searches_and_records_every_trial(tmp_path, fake):
 def test_constant_search_resumes_where_it_was_killed(tmp_path, fake, monkeypatch):
   h = lambda_heuristic.LambdaHeuristic(reading="constant", seeds=(0,))
   killed = FakeTraining(fail_at_call=3)  # λ = 0 run, trials 0 and 1, then killed
-  monkeypatch.setattr(train, "run_experiment", killed)
+  monkeypatch.setattr(experiment, "run_experiment", killed)
   with pytest.raises(RuntimeError, match="killed"):
     calibrate.calibrate_algorithm("bfs", tmp_path, h)
   assert not lambda_heuristic.record_path(tmp_path, "constant", "bfs").exists()
   resumed = FakeTraining()
-  monkeypatch.setattr(train, "run_experiment", resumed)
+  monkeypatch.setattr(experiment, "run_experiment", resumed)
   record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
   # Only the trials not finished before the kill are trained.
   assert resumed.trained == [(0, t["lambda"]) for t in record["seeds"][0]["trials"][2:]]
   fresh = tmp_path / "fresh"
-  monkeypatch.setattr(train, "run_experiment", FakeTraining())
+  monkeypatch.setattr(experiment, "run_experiment", FakeTraining())
   assert calibrate.calibrate_algorithm("bfs", fresh, h)["lambda"] == record["lambda"]
 
 
