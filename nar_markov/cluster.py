@@ -234,10 +234,6 @@ def _axes() -> Dict[str, Any]:
   return axes
 
 
-def _bound_value(binding_key: str):
-  return config_lib.bound_value(binding_key)
-
-
 def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
                 results_dir: str) -> List[Run]:
   """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
@@ -255,7 +251,7 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 
   def query(key, what):
     try:
-      return _bound_value(key)
+      return config_lib.bound_value(key)
     except ValueError as e:
       raise ValueError(f"{what} is not set in the gin files ({key}): {e}") from e
 
@@ -295,12 +291,10 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   # calibration records (gin/gforget.gin) is checked by `calibration_plan`, which
   # the sweep makes first where missing.
   penalty = components["penalty"]
-  if multitask:
-    for a in algorithms:  # multi-task lambda is bound by hand: check it all
-      experiment.run_definition_from_gin(a, results_dir, algorithms=algorithms)
-  elif not experiment.needs_calibration(penalty):
-    for a in algorithms:
-      experiment.resolve_lambda(penalty, a, settings=experiment.run_settings_from_gin(a))
+  if multitask or not experiment.needs_calibration(penalty):
+    for a in algorithms:  # lambda bound by hand: check it all
+      experiment.run_definition_from_gin(a, results_dir,
+                                         algorithms=algorithms if multitask else None)
   slurm_resources()  # validates the Slurm section's values
 
   results_dir = str(pathlib.Path(results_dir).expanduser().resolve())

@@ -314,7 +314,7 @@ def run_definition_from_gin(algorithm: str, results_dir,
     tasks = _make_tasks(model, list(algorithms or [algorithm]), c["penalty"], results_dir,
                         c["protocol"], c["net"])
     return next(t.definition for t in tasks if t.algorithm == algorithm)
-  settings = run_settings_from_gin(algorithm)
+  settings = run_settings_from_gin(algorithm, net=c["net"], protocol=c["protocol"])
   try:
     lam, start, info = resolve_lambda(c["penalty"], algorithm,
                                       results_dir=results_dir, settings=settings)

@@ -2,7 +2,6 @@
 lambda_gate=0.1, ...), turned into run_experiment's label and components."""
 
 import dataclasses
-import re
 from typing import Any, Dict, List
 
 from nar_markov import experiment
@@ -48,14 +47,6 @@ def gin_key(name: str) -> str:
 def gin_params(**flat) -> List[str]:
   """Gin bindings of flat keywords (model, history and penalty left to the gin file)."""
   return [f"{gin_key(k)}={v!r}" for k, v in flat.items()]
-
-
-_KEY = re.compile(r"run_experiment\.(\w+)")
-
-
-def rebind(binding: str) -> str:
-  """An old-style 'run_experiment.<flat> = v' binding under its component."""
-  return _KEY.sub(lambda m: gin_key(m.group(1)), binding)
 
 
 def settings(algorithm: str, **flat) -> Dict[str, Any]:
