@@ -134,7 +134,10 @@ def estimate_run(algorithm: str, settings: Mapping[str, Any]) -> Dict[str, float
   n_evals = steps // eval_every + 1 + (1 if steps % eval_every else 0)
   val_nodes = STRING_MATCHER_LENGTH if is_string_matcher(algorithm) else max(lengths)
   val_s = n_evals * eval_s(val_nodes, val_samples)
-  test_s = eval_s(TEST_NODES, test_samples)
+  # Once at the end, plus each Protocol.test_every_steps diagnostic evaluation.
+  test_every = settings.get("test_every_steps")
+  n_tests = 1 + (steps // int(test_every) + 1 if test_every else 0)
+  test_s = n_tests * eval_s(TEST_NODES, test_samples)
   n_max = max(lengths)
   train_gb = (SAVED_TENSORS_PER_STEP * batch * trajectory_length(algorithm, n_max)
               * n_max**2 * hidden * 4 / 1e9)
@@ -161,7 +164,7 @@ def settings_from_gin() -> Dict[str, Any]:
   protocol, net = c["protocol"], c["net"]
   out = {n: getattr(protocol, n) for n in (
       "train_steps", "batch_size", "train_lengths", "eval_every_steps",
-      "val_max_samples", "test_max_samples", "schedule_steps")}
+      "val_max_samples", "test_max_samples", "schedule_steps", "test_every_steps")}
   out["hidden_size"] = net.hidden_size
   out["seeds_per_job"] = cluster.sweep_axes()["seeds_per_job"]
   if isinstance(out["train_lengths"], Mapping):   # per algorithm

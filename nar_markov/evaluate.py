@@ -2,6 +2,7 @@
 
     python -m nar_markov.evaluate RUN_DIR [--split test|val] [--nodes 64,128]
         [--max-samples N] [--batch-size B] [--sample-seed S] [--algorithm ALG] [--json OUT]
+        [--hints]
 
 RUN_DIR holds `params.npz` (nar_markov.params_io: best-validation parameters, net config,
 metadata) and the run's `result.json` (algorithm, model, seed). A multi-task model's metadata
@@ -12,6 +13,12 @@ reproduced). --nodes scores freshly sampled graphs of each size instead, drawn a
 dataset builder draws a split (`clrs.build_sampler(alg, seed, num_samples, length=n)`, the
 test split's sample count unless --max-samples, then run.py's preprocessing): e.g. how far
 out of distribution a model still holds. One line per size; --json writes them all.
+
+--hints also scores the model's hint predictions step by step, as it runs at test time (each
+step fed the previous step's own predictions): clrs.evaluate_hints's per-step accuracy of every
+hint, over the trajectories that reach that step. It shows where along a trajectory a model
+starts to go wrong (issue 17: error accumulating over the steps, the paper's Appendix C
+argument). One line per hint; --json keeps every step.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import argparse
 import json
 import pathlib
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from nar_markov import params_io
 
@@ -86,8 +93,10 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
 def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
                  max_samples: Optional[int] = None, batch_size: Optional[int] = None,
                  sample_seed: int = DEFAULT_SAMPLE_SEED, cache_dir: Optional[str] = None,
-                 algorithm: Optional[str] = None, log=print) -> Dict[str, Any]:
-  """Scores of a saved run: on `split`, or on fresh graphs of each of `nodes`."""
+                 algorithm: Optional[str] = None, hints: bool = False,
+                 log=print) -> Dict[str, Any]:
+  """Scores of a saved run: on `split`, or on fresh graphs of each of `nodes`
+  (hints: also each hint's per-step accuracy, `hint_accuracy`)."""
   from nar_markov import data
   from nar_markov import train
 
@@ -121,6 +130,10 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
     scores.append(entry)
     log(f"{algorithm} {t['source']} nodes={t['nb_nodes']} samples={n} "
         f"score={res['score']:.4f}")
+    if hints:
+      entry["hints"] = hint_accuracy(model, params, feedback, index, bs, max_samples)
+      for name, h in entry["hints"].items():
+        log("  " + hint_summary(name, h))
   result = run["result"]
   return {
       "run_dir": str(run_dir),
@@ -131,6 +144,75 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
       "result_test_score": result.get("test_score"),
       "scores": scores,
   }
+
+
+def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int,
+                  max_samples: Optional[int] = None) -> Dict[str, Any]:
+  """Per-step accuracy of each hint on `feedback`, the model feeding back its own hint
+  predictions (repred, as at test time).
+
+  Returns {hint name: {"steps": [t = 1, 2, ...], "accuracy": [...], "samples": [...],
+  "overall": float}}: at step t, clrs.evaluate_hints's score of the hint predicted for
+  step t over the trajectories longer than t ("samples" of them); "overall" is
+  clrs.evaluate_hints's, the steps weighted by those counts.
+  """
+  import clrs
+  import jax
+  import numpy as np
+  from clrs._src import decoders
+  from nar_markov import data
+  from nar_markov import model as model_lib
+
+  spec = model.specs[algorithm_index]
+  n_total = data.nb_samples_of(feedback)
+  if max_samples is not None:
+    n_total = min(n_total, int(max_samples))
+    feedback = data.take_samples(feedback, n_total)
+
+  @jax.jit
+  def hint_logits(params, features):
+    return model.apply(params, features, algorithm_index, True, collect_hints=True).hint_preds
+
+  # Batches keep the split's full time axis (data.eval_batches), so their predictions
+  # join into the whole split's, scored in one clrs.evaluate_hints call: its MASK score is
+  # an F1, which a mean over batches would not reproduce.
+  parts = []
+  for batch, n_valid in data.eval_batches(feedback, min(batch_size, n_total)):
+    logits = jax.device_get(hint_logits(params, batch.features))
+    parts.append({k: np.asarray(v)[:, :n_valid] for k, v in logits.items()})
+  logits = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+  nb_steps = next(iter(logits.values())).shape[0]
+  preds = []
+  for t in range(nb_steps):
+    hard = decoders.postprocess(
+        spec, {k: v[t] for k, v in logits.items()},
+        sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
+        sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=True)  # pylint: disable=protected-access
+    preds.append({k: clrs.DataPoint(name=d.name, location=d.location, type_=d.type_,
+                                    data=np.asarray(d.data)) for k, d in hard.items()})
+  lengths = np.asarray(feedback.features.lengths)
+  hints = tuple(clrs.DataPoint(name=h.name, location=h.location, type_=h.type_,
+                               data=np.asarray(h.data)) for h in feedback.features.hints)
+  evals = clrs.evaluate_hints(hints, lengths, preds)
+  steps = [t + 1 for t in range(nb_steps) if np.any(t + 1 < lengths)]
+  return {h.name: {"steps": steps,
+                   "accuracy": [float(evals[h.name + "_along_time"][t - 1]) for t in steps],
+                   "samples": [int(np.sum(t < lengths)) for t in steps],
+                   "overall": float(evals[h.name])}
+          for h in hints}
+
+
+def hint_summary(name: str, entry: Mapping[str, Any], below: float = 0.99) -> str:
+  """One line: the hint's overall accuracy, the first step below `below`, and the
+  accuracy at each tenth of the trajectory."""
+  steps, acc = entry["steps"], entry["accuracy"]
+  first = next((s for s, a in zip(steps, acc) if a < below), None)
+  marks = sorted({steps[min(len(steps) - 1, (len(steps) * k) // 10)] for k in range(10)}
+                 | {steps[-1]})
+  by_step = dict(zip(steps, acc))
+  return (f"hint {name}: overall {entry['overall']:.4f}; first step below {below}: "
+          f"{first if first is not None else 'none'} of {steps[-1]}; by step "
+          + " ".join(f"{s}:{by_step[s]:.3f}" for s in marks))
 
 
 def _nodes(text: str) -> List[int]:
@@ -162,6 +244,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="sampler seed of --nodes graphs")
   parser.add_argument("--cache-dir", default=None, help="CLRS val/test cache folder")
   parser.add_argument("--json", default=None, help="also write the scores to this JSON file")
+  parser.add_argument("--hints", action="store_true",
+                      help="also score each hint step by step (the model fed its own hints)")
   args = parser.parse_args(argv)
   if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
     parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
@@ -172,7 +256,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
                      max_samples=args.max_samples, batch_size=args.batch_size,
                      sample_seed=args.sample_seed, cache_dir=args.cache_dir,
-                     algorithm=args.algorithm)
+                     algorithm=args.algorithm, hints=args.hints)
   if args.json:
     train.atomic_write_bytes(pathlib.Path(args.json),
                              json.dumps(train.jsonable(out), indent=1).encode())

@@ -72,6 +72,14 @@ class Protocol:
       (smoke tests); None = the whole official split.
     val_batch_size / test_batch_size: None (test) picks a size that bounds
       evaluation memory.
+    test_every_steps: a diagnostic, off (None) in the paper's protocol: every
+      this many steps (a multiple of eval_every_steps) also score the current
+      parameters on the test split and record them in result.json's
+      curves["test"].  Never used to select anything, so it changes no number
+      of a run and is not one of its defining settings; it costs one test
+      evaluation each time.  It shows how the test score moves between the
+      evaluations that validation could pick (issue 17: best-validation
+      selection once validation saturates at 1.0).
   """
   train_steps: int = 10_000
   batch_size: int = 32
@@ -88,6 +96,7 @@ class Protocol:
   test_max_samples: Optional[int] = None
   val_batch_size: int = 32
   test_batch_size: Optional[int] = None
+  test_every_steps: Optional[int] = None
 
   def __post_init__(self):
     check_protocol(train_steps=self.train_steps, batch_size=self.batch_size,
@@ -102,6 +111,12 @@ class Protocol:
     if self.multitask_update not in MULTITASK_UPDATES:
       raise ValueError(f"unknown multitask_update {self.multitask_update!r}; "
                        f"valid: {MULTITASK_UPDATES}")
+    if self.test_every_steps is not None and (
+        isinstance(self.test_every_steps, bool) or int(self.test_every_steps) <= 0
+        or int(self.test_every_steps) % int(self.eval_every_steps)):
+      raise ValueError(
+          f"test_every_steps must be None or a positive multiple of eval_every_steps "
+          f"({self.eval_every_steps}), got {self.test_every_steps!r}")
 
   @property
   def horizon(self) -> int:

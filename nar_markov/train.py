@@ -424,6 +424,7 @@ def _make_job(tasks: List["_Task"], *, model: str, multitask: bool,
       checkpoint_every_steps=int(p.checkpoint_every_steps),
       val_batch_size=int(p.val_batch_size), val_max_samples=p.val_max_samples,
       test_max_samples=p.test_max_samples, stop_after_steps=stop_after_steps,
+      test_every_steps=None if p.test_every_steps is None else int(p.test_every_steps),
       progress=progress,
       gin_str=gin_str,
       validation_mode=p.validation_mode, multitask_update=p.multitask_update,
@@ -502,6 +503,7 @@ class _Job:
   val_max_samples: Optional[int]
   test_max_samples: Optional[int]
   stop_after_steps: Optional[int]
+  test_every_steps: Optional[int]     # diagnostic test curve (Protocol.test_every_steps)
   progress: bool
   gin_str: str
   validation_mode: str
@@ -686,6 +688,13 @@ class _SeedRun:
       curves["hint_step_loss"]["step"].append(step_now)
       curves["hint_step_loss"]["loss"].append(res["hint_per_step"])
       scores.append(res["score"])
+      if job.test_every_steps and step_now % job.test_every_steps == 0:
+        # Diagnostic only (Protocol.test_every_steps): recorded, never selects.
+        res = evaluate_split(job.net, params, task.test, task.index, task.test_batch_size,
+                             with_hints=False, max_samples=job.test_max_samples)
+        test_curve = curves.setdefault("test", {"step": [], "score": []})
+        test_curve["step"].append(step_now)
+        test_curve["score"].append(res["score"])
     self.t_eval += time.time() - t0
     mean = float(np.mean(scores))
     # dm-clrs run.py keeps the first evaluation and any strict improvement

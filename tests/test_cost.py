@@ -58,6 +58,9 @@ def test_numbers_follow_the_inputs():
   assert base["val_s"] / half["val_s"] == pytest.approx(201 / 101)
   fewer = cost.estimate_run("bubble_sort", dict(PROTOCOL, test_max_samples=8))
   assert fewer["test_s"] == pytest.approx(base["test_s"] / 4)   # 32 test graphs -> 8
+  # The test-curve diagnostic: 1 final test + 11 (steps 0, 1000, ..., 10000).
+  traced = cost.estimate_run("bubble_sort", dict(PROTOCOL, test_every_steps=1000))
+  assert traced["test_s"] == pytest.approx(12 * base["test_s"])
   double = cost.estimate_run("bubble_sort", dict(PROTOCOL, batch_size=64))
   assert double["train_s"] - cost.COMPILE_S_PER_RUN == pytest.approx(
       2 * (base["train_s"] - cost.COMPILE_S_PER_RUN))

@@ -209,3 +209,40 @@ def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_d
   assert out["scores"][0]["score"] == expected["score"]
   with pytest.raises(ValueError, match="not 'dfs'"):
     evaluate.evaluate_run(run_dir, algorithm="dfs", max_samples=SAMPLES)
+
+
+def test_hint_accuracy_per_step_is_the_pointer_argmax_match(saved_run, data_cache_dir):
+  """--hints: at step t, the share of nodes whose predicted pointer (argmax of the
+  model's logits, run as at test time) is the true hint t, over the trajectories that
+  reach t -- computed here by hand for bfs's pointer hint pi_h; and the same in one batch
+  as in padded batches of 3."""
+  import jax
+  from nar_markov import data
+  from nar_markov import evaluate
+
+  run_dir, net, params = saved_run
+  val = data.take_samples(data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir)),
+                          SAMPLES)
+  whole = evaluate.hint_accuracy(net, params, val, 0, SAMPLES)
+  batched = evaluate.hint_accuracy(net, params, val, 0, 3)
+  assert set(whole) == {h.name for h in val.features.hints} == {"pi_h", "reach_h"}
+  for name in whole:
+    assert whole[name]["steps"] == batched[name]["steps"]
+    assert whole[name]["samples"] == batched[name]["samples"]
+    np.testing.assert_allclose(whole[name]["accuracy"], batched[name]["accuracy"], atol=1e-6)
+    np.testing.assert_allclose(whole[name]["overall"], batched[name]["overall"], atol=1e-6)
+
+  logits = jax.device_get(net.apply(params, val.features, 0, True).hint_preds["pi_h"])
+  truth = np.asarray([h for h in val.features.hints if h.name == "pi_h"][0].data)
+  lengths = np.asarray(val.features.lengths)
+  entry = whole["pi_h"]
+  assert entry["steps"] == list(range(1, int(lengths.max())))
+  for t, acc, n in zip(entry["steps"], entry["accuracy"], entry["samples"]):
+    alive = t < lengths
+    assert n == int(alive.sum())
+    match = np.argmax(logits[t - 1], -1) == truth[t]
+    assert acc == pytest.approx(float(match[alive].mean()), abs=1e-6)
+  # Not a constant: these perturbed parameters get some pointers right, some wrong.
+  assert 0.0 < entry["overall"] < 1.0
+  line = evaluate.hint_summary("pi_h", entry)
+  assert line.startswith(f"hint pi_h: overall {entry['overall']:.4f}; first step below 0.99: ")

@@ -82,6 +82,33 @@ def test_resume_is_exact(tmp_path):
   assert ra["test_score"] == rb["test_score"]
 
 
+def test_test_curve_is_a_diagnostic_that_changes_no_number(tmp_path):
+  """Protocol.test_every_steps records the test score of the parameters at those
+  evaluations (curves["test"]) and nothing else moves: the run with it is the run
+  without it, field for field.  At the best-validation step the curve's score is the
+  run's test_score (the same parameters), which a wrong step or stale parameters
+  would break."""
+  common = dict(algorithm="bfs", seed=1, model="forget", train_steps=50,
+                learning_rate=3e-3, **dict(TINY, eval_every_steps=5))
+  plain = flat.run(results_dir=str(tmp_path / "plain"), **common)
+  traced = flat.run(results_dir=str(tmp_path / "traced"), test_every_steps=5, **common)
+  curve = traced["curves"].pop("test")
+  assert curve["step"] == list(range(0, 55, 5))
+  assert "test" not in plain["curves"]
+  for key in ("test_score", "val_best", "val_best_step", "curves", "settings"):
+    assert traced[key] == plain[key], key
+  at_best = curve["score"][curve["step"].index(traced["val_best_step"])]
+  assert at_best == traced["test_score"]
+  assert len(set(curve["score"])) > 1, curve  # it follows the training
+
+
+def test_test_every_steps_must_be_a_multiple_of_eval_every_steps():
+  with pytest.raises(ValueError, match="multiple of eval_every_steps"):
+    experiment.Protocol(eval_every_steps=50, test_every_steps=75)
+  with pytest.raises(ValueError, match="multiple of eval_every_steps"):
+    experiment.Protocol(test_every_steps=0)
+
+
 def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
   real = model_lib.compute_losses
 
