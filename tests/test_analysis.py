@@ -955,3 +955,32 @@ def test_make_all_refuses_to_replace_a_folder_it_did_not_write(tmp_path):
     cwd=ROOT, capture_output=True, text=True, timeout=60,
   )
   assert proc.returncode == 2 and "did not write" in proc.stderr
+
+
+def test_hint_accuracy_figure_from_evaluate_json(tmp_path, capsys):
+  from analysis import hint_accuracy
+
+  def write(name, acc):
+    hints = {"i": {"steps": [1, 2, 3], "accuracy": acc, "samples": [4, 4, 2],
+                   "overall": sum(acc) / 3}}
+    path = tmp_path / name
+    path.write_text(json.dumps({"algorithm": "insertion_sort", "scores": [
+        {"source": "test", "nb_nodes": 64, "score": 0.9, "hints": hints}]}))
+    return path
+
+  a, b = write("a.json", [1.0, 0.5, 0.25]), write("b.json", [1.0, 1.0, 0.75])
+  assert hint_accuracy.main(["--eval", f"ForgetNet={a}", "--eval", f"baseline={b}",
+                             "--out", str(tmp_path / "fig")]) == 0
+  printed = capsys.readouterr().out.split()
+  assert printed == [str(tmp_path / "fig" / f"insertion_sort_hint_accuracy.{e}")
+                     for e in ("png", "pdf")]
+  assert all(pathlib.Path(p).stat().st_size > 1000 for p in printed)
+  # A file written without --hints is refused by name, not drawn empty.
+  plain = tmp_path / "plain.json"
+  plain.write_text(json.dumps({"algorithm": "insertion_sort",
+                               "scores": [{"nb_nodes": 64, "score": 0.9}]}))
+  with pytest.raises(SystemExit):
+    hint_accuracy.main(["--eval", f"x={plain}", "--out", str(tmp_path / "fig2")])
+  assert "no per-step hint scores" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    hint_accuracy.main(["--eval", "no-equals-sign", "--out", str(tmp_path / "fig3")])
