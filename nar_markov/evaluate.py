@@ -2,7 +2,7 @@
 
     python -m nar_markov.evaluate RUN_DIR [--split test|val] [--nodes 64,128]
         [--max-samples N] [--batch-size B] [--sample-seed S] [--algorithm ALG] [--json OUT]
-        [--hints]
+        [--hints] [--update-gate]
 
 RUN_DIR holds `params.npz` (nar_markov.params_io: best-validation parameters, net config,
 metadata) and the run's `result.json` (algorithm, model, seed). A multi-task model's metadata
@@ -19,6 +19,11 @@ step fed the previous step's own predictions): clrs.evaluate_hints's per-step ac
 hint, over the trajectories that reach that step. It shows where along a trajectory a model
 starts to go wrong (issue 17: error accumulating over the steps, the paper's Appendix C
 argument). One line per hint; --json keeps every step.
+
+--update-gate also measures the Triplet-GMPNN processor's own update gate u (dm-clrs: out =
+u * ret + (1 - u) * h, with gate bias -3 at initialisation) over every node, feature and step of
+the scored graphs: its mean and the shares of u < 0.1 and u > 0.9. In ForgetNet h = 0, so the
+gate only scales the processor's output (u * ret); this says what it learned to do with it.
 """
 
 from __future__ import annotations
@@ -94,9 +99,10 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
                  max_samples: Optional[int] = None, batch_size: Optional[int] = None,
                  sample_seed: int = DEFAULT_SAMPLE_SEED, cache_dir: Optional[str] = None,
                  algorithm: Optional[str] = None, hints: bool = False,
-                 log=print) -> Dict[str, Any]:
+                 update_gate: bool = False, log=print) -> Dict[str, Any]:
   """Scores of a saved run: on `split`, or on fresh graphs of each of `nodes`
-  (hints: also each hint's per-step accuracy, `hint_accuracy`)."""
+  (hints: also each hint's per-step accuracy, `hint_accuracy`; update_gate: the
+  processor's update gate, `update_gate_stats`)."""
   from nar_markov import data
   from nar_markov import train
 
@@ -134,6 +140,11 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
       entry["hints"] = hint_accuracy(model, params, feedback, index, bs, max_samples)
       for name, h in entry["hints"].items():
         log("  " + hint_summary(name, h))
+    if update_gate:
+      g = entry["update_gate"] = update_gate_stats(model, params, feedback, index, bs,
+                                                   max_samples)
+      log(f"  update gate u: mean {g['mean']:.3f}, u < 0.1: {g['share_below_0.1']:.3f}, "
+          f"u > 0.9: {g['share_above_0.9']:.3f}")
   result = run["result"]
   return {
       "run_dir": str(run_dir),
@@ -202,6 +213,69 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
           for h in hints}
 
 
+def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size: int,
+                      max_samples: Optional[int] = None) -> Dict[str, float]:
+  """Mean of the processor's update gate u = sigmoid(gate3(.)) and the shares of u < 0.1
+  and u > 0.9 over the nodes, features and steps of `feedback` (padded samples and steps
+  past a trajectory's end included), run as at test time.
+
+  Computed with the reference net (dm-clrs's modules; the same parameters), whose gate3 is the
+  last hk.Linear the processor calls in a step: found by tracing one step, then intercepted.
+  """
+  import dataclasses
+  import haiku as hk
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from nar_markov import data
+  from nar_markov import train
+
+  if model.config.processor != "triplet_gmpnn":
+    raise ValueError(f"--update-gate is for triplet_gmpnn, not {model.config.processor!r}")
+  ref = train.Model(model.specs, model.nb_dims,
+                    dataclasses.replace(model.config, impl="reference"), model.optimizer)
+  n_total = data.nb_samples_of(feedback)
+  if max_samples is not None:
+    n_total = min(n_total, int(max_samples))
+    feedback = data.take_samples(feedback, n_total)
+  batches = list(data.eval_batches(feedback, min(batch_size, n_total)))
+
+  called = []
+
+  def trace_names(next_f, args, kwargs, context):
+    if context.method_name == "__call__" and isinstance(context.module, hk.Linear):
+      called.append(context.module.module_name)
+    return next_f(*args, **kwargs)
+
+  def outputs(params, features, interceptor):
+    with hk.experimental.intercept_methods(interceptor):
+      return ref.apply(params, features, algorithm_index, True,
+                       collect_hints=False).output_preds
+
+  jax.eval_shape(lambda p, f: outputs(p, f, trace_names), params, batches[0][0].features)
+  gate_names = [n for n in called if "processor" in n]
+  if not gate_names:
+    raise ValueError("no processor Linear found to intercept")
+  gate3 = gate_names[-1]
+  stats = []
+
+  def record(next_f, args, kwargs, context):
+    out = next_f(*args, **kwargs)
+    if context.method_name == "__call__" and context.module.module_name == gate3:
+      u = jax.nn.sigmoid(out)
+      jax.debug.callback(lambda *v: stats.append([float(x) for x in v]),
+                         jnp.mean(u), jnp.mean(u < 0.1), jnp.mean(u > 0.9), u.size)
+    return out
+
+  run = jax.jit(lambda p, f: outputs(p, f, record))
+  for batch, _ in batches:
+    jax.block_until_ready(run(params, batch.features))
+  a = np.asarray(stats)
+  w = a[:, 3] / a[:, 3].sum()
+  return {"module": gate3, "mean": float(w @ a[:, 0]), "share_below_0.1": float(w @ a[:, 1]),
+          "share_above_0.9": float(w @ a[:, 2]), "calls": int(len(a))}
+
+
 def hint_summary(name: str, entry: Mapping[str, Any], below: float = 0.99) -> str:
   """One line: the hint's overall accuracy, the first step below `below`, and the
   accuracy at each tenth of the trajectory."""
@@ -246,6 +320,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--json", default=None, help="also write the scores to this JSON file")
   parser.add_argument("--hints", action="store_true",
                       help="also score each hint step by step (the model fed its own hints)")
+  parser.add_argument("--update-gate", action="store_true",
+                      help="also measure the Triplet-GMPNN processor's update gate")
   args = parser.parse_args(argv)
   if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
     parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
@@ -256,7 +332,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
                      max_samples=args.max_samples, batch_size=args.batch_size,
                      sample_seed=args.sample_seed, cache_dir=args.cache_dir,
-                     algorithm=args.algorithm, hints=args.hints)
+                     algorithm=args.algorithm, hints=args.hints,
+                     update_gate=args.update_gate)
   if args.json:
     train.atomic_write_bytes(pathlib.Path(args.json),
                              json.dumps(train.jsonable(out), indent=1).encode())

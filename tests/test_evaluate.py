@@ -246,3 +246,28 @@ def test_hint_accuracy_per_step_is_the_pointer_argmax_match(saved_run, data_cach
   assert 0.0 < entry["overall"] < 1.0
   line = evaluate.hint_summary("pi_h", entry)
   assert line.startswith(f"hint pi_h: overall {entry['overall']:.4f}; first step below 0.99: ")
+
+
+def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache_dir):
+  """--update-gate intercepts dm-clrs's gate3 (the processor's last Linear): pushing its
+  bias far down closes every u, far up opens every u; other Linears' biases would not."""
+  from nar_markov import data
+  from nar_markov import evaluate
+
+  run_dir, net, params = saved_run
+  test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
+  stats = evaluate.update_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
+  assert stats["module"].endswith("mpnn_aggr_clrs_processor/linear_16")
+  assert 0.0 < stats["mean"] < 1.0 and stats["calls"] > 1
+
+  def with_bias(value):
+    out = {m: dict(p) for m, p in params.items()}
+    out[stats["module"]]["b"] = np.full_like(np.asarray(out[stats["module"]]["b"]), value)
+    return out
+
+  shut = evaluate.update_gate_stats(net, with_bias(-100.0), test, 0, SAMPLES,
+                                    max_samples=SAMPLES)
+  wide = evaluate.update_gate_stats(net, with_bias(100.0), test, 0, SAMPLES,
+                                    max_samples=SAMPLES)
+  assert shut["mean"] < 1e-6 and shut["share_below_0.1"] == 1.0
+  assert wide["mean"] > 1 - 1e-6 and wide["share_above_0.9"] == 1.0
