@@ -2,7 +2,8 @@
 
 For each of our model labels and each of the 30 algorithms: our mean ± std (percent, ddof=1),
 the paper's for the model the label is compared with (labels.paper_model: gforget_constant ->
-the paper's G-ForgetNet; none for a label of no known family), Δ = ours − paper, whether ours
+the paper's G-ForgetNet; none for a label of no known family), Δ = ours − paper, Δ/σ (Δ in the
+paper's standard deviations), whether ours
 lies within the paper's mean ± 2σ (σ: the paper's std over its 10 seeds), and the seeds,
 diverged runs and training steps (`steps` trained / `train_steps` configured, from the JSON)
 behind our number. The lambda calibration runs are not results and are not reported here.
@@ -34,6 +35,7 @@ COLUMNS = [
   "paper_mean_pct",
   "paper_std_pct",
   "delta_pct",
+  "delta_sigma",
   "within_2sigma",
 ]
 
@@ -68,6 +70,8 @@ def reproduction_frame(agg, paper):
           "paper_mean_pct": p_mean,
           "paper_std_pct": p_std,
           "delta_pct": delta,
+          # The difference in the paper's standard deviations (its 10 seeds).
+          "delta_sigma": delta / p_std if p_std > 0 else np.nan,
           "within_2sigma": (pd.NA if math.isnan(delta) else bool(abs(delta) <= 2 * p_std + 1e-9)),
         }
       )
@@ -132,7 +136,8 @@ def reproduction_markdown(
     f"files left out (corrupt/partial, listed at the end): {len(problems)}.",
     _diverged_line(agg),
     f"- Ours: mean ± sample std (ddof={results_lib.STD_DDOF}) over seeds, in percent. "
-    'Δ = ours − paper. "±2σ": |Δ| ≤ 2 × the paper\'s std.',
+    'Δ = ours − paper; Δ/σ: Δ in the paper\'s standard deviations. "±2σ": |Δ| ≤ 2 × '
+    "the paper's std.",
     "- steps: trained steps (`steps`), train_steps: configured (`train_steps`); "
     '"a-b" when seeds differ.',
   ]
@@ -169,16 +174,17 @@ def reproduction_markdown(
       "",
       summary + ".",
       "",
-      "| Algorithm | Ours | Paper | Δ | ±2σ | seeds | diverged | steps | train_steps |",
-      "|---|---|---|---|---|---|---|---|---|",
+      "| Algorithm | Ours | Paper | Δ | Δ/σ | ±2σ | seeds | diverged | steps | train_steps |",
+      "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in g.itertuples():
       within_text = "" if pd.isna(r.within_2sigma) else ("yes" if r.within_2sigma else "no")
       delta = f"{r.delta_pct:+.2f}" if tables._finite(r.delta_pct) else ""
+      sigmas = f"{r.delta_sigma:+.1f}" if tables._finite(r.delta_sigma) else ""
       lines.append(
         f"| {categories.plain_name(r.algorithm)} | "
         f"{_pm(r.ours_mean_pct, r.ours_std_pct)} | "
-        f"{_pm(r.paper_mean_pct, r.paper_std_pct)} | {delta} | {within_text} | "
+        f"{_pm(r.paper_mean_pct, r.paper_std_pct)} | {delta} | {sigmas} | {within_text} | "
         f"{r.n_seeds} | {r.n_diverged} | {r.steps} | {r.train_steps} |"
       )
   lines += _lambda_lines(lambdas)

@@ -455,12 +455,14 @@ def test_reproduction_frame(loaded):
   g = r.loc[("gforget", "insertion_sort")]
   assert g.paper_mean_pct == 98.40 and g.delta_pct == pytest.approx(0.60)
   assert not g.within_2sigma  # |0.60| > 2 * 0.21
+  assert g.delta_sigma == pytest.approx(0.60 / 0.21)
   assert r.loc[("baseline", "insertion_sort")].within_2sigma  # |1.38| <= 2 * 8.26
   f = r.loc[("forget", "floyd_warshall")]
   assert (f.n_seeds, f.paper_mean_pct, f.within_2sigma) == (2, 38.14, True)
   assert r.loc[("forget_multitask", "insertion_sort")].paper_mean_pct == 93.98
   assert r.loc[("gforget_nopenalty", "insertion_sort")].paper_mean_pct == 87.90
   assert pd.isna(r.loc[("forget", "bfs")].within_2sigma)
+  assert pd.isna(r.loc[("forget", "bfs")].delta_sigma)
   assert r.loc[("baseline", "floyd_warshall")].steps == "300-500"
 
 
