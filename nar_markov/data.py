@@ -303,6 +303,16 @@ def take_samples(feedback: clrs.Feedback, n: int) -> clrs.Feedback:
   return _take(feedback, slice(0, int(n)))
 
 
+def at_most(feedback: clrs.Feedback, max_samples: Optional[int]
+            ) -> Tuple[clrs.Feedback, int]:
+  """(the split's first `max_samples` samples, their count); None: the whole split."""
+  n = nb_samples_of(feedback)
+  if max_samples is None:
+    return feedback, n
+  n = min(n, int(max_samples))
+  return take_samples(feedback, n), n
+
+
 def eval_batches(feedback: clrs.Feedback, batch_size: int
                  ) -> Iterator[Tuple[clrs.Feedback, int]]:
   """(batch, n_valid) pairs of exactly `batch_size` samples covering a split.

@@ -175,10 +175,7 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
   from nar_markov import model as model_lib
 
   spec = model.specs[algorithm_index]
-  n_total = data.nb_samples_of(feedback)
-  if max_samples is not None:
-    n_total = min(n_total, int(max_samples))
-    feedback = data.take_samples(feedback, n_total)
+  feedback, n_total = data.at_most(feedback, max_samples)
 
   @jax.jit
   def hint_logits(params, features):
@@ -220,7 +217,8 @@ def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size:
   past a trajectory's end included), run as at test time.
 
   Computed with the reference net (dm-clrs's modules; the same parameters), whose gate3 is the
-  last hk.Linear the processor calls in a step: found by tracing one step, then intercepted.
+  last hk.Linear the processor calls: found by tracing the forward pass abstractly
+  (jax.eval_shape), then intercepted.
   """
   import dataclasses
   import haiku as hk
@@ -234,10 +232,7 @@ def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size:
     raise ValueError(f"--update-gate is for triplet_gmpnn, not {model.config.processor!r}")
   ref = train.Model(model.specs, model.nb_dims,
                     dataclasses.replace(model.config, impl="reference"), model.optimizer)
-  n_total = data.nb_samples_of(feedback)
-  if max_samples is not None:
-    n_total = min(n_total, int(max_samples))
-    feedback = data.take_samples(feedback, n_total)
+  feedback, n_total = data.at_most(feedback, max_samples)
   batches = list(data.eval_batches(feedback, min(batch_size, n_total)))
 
   called = []

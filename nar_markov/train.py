@@ -257,10 +257,7 @@ def evaluate_split(model: Model, params, split_feedback, algorithm_index: int,
                    batch_size: int, with_hints: bool,
                    max_samples: Optional[int] = None) -> Dict[str, Any]:
   """clrs.evaluate over a whole split, run in fixed-size sub-batches."""
-  n_total = split_feedback.outputs[0].data.shape[0]
-  if max_samples is not None:
-    n_total = min(n_total, int(max_samples))
-    split_feedback = data.take_samples(split_feedback, n_total)
+  split_feedback, n_total = data.at_most(split_feedback, max_samples)
   # Equal sub-batches: 32 samples at a cap of 30 run as 2 x 16, not 30 + 30
   # (the last batch is padded with duplicates up to the batch size).
   nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
