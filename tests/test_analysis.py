@@ -986,3 +986,37 @@ def test_hint_accuracy_figure_from_evaluate_json(tmp_path, capsys):
   assert "no per-step hint scores" in capsys.readouterr().err
   with pytest.raises(SystemExit):
     hint_accuracy.main(["--eval", "no-equals-sign", "--out", str(tmp_path / "fig3")])
+
+
+def test_test_curve_reports_what_each_selection_rule_would_keep(tmp_path, capsys):
+  from analysis import test_curve
+  steps = [0, 50, 100, 150, 200]
+  run = {"algorithm": "insertion_sort", "model": "gforget", "seed": 0,
+         "penalty_start_step": 100, "val_best_step": 50, "test_score": 0.4,
+         "curves": {"val": {"step": steps, "score": [0.5, 1.0, 0.9, 1.0, 0.95]},
+                    "test": {"step": steps[1:], "score": [0.4, 0.7, 0.95, 0.9]}}}
+  path = tmp_path / "run" / "result.json"
+  path.parent.mkdir()
+  path.write_text(json.dumps(run))
+  # A run folder is accepted as well as its result.json.
+  assert test_curve.main(["--run", f"G-ForgetNet s0={path.parent}",
+                          "--out", str(tmp_path / "fig")]) == 0
+  printed = capsys.readouterr().out.splitlines()
+  assert printed[-3:] == [str(tmp_path / "fig" / f"insertion_sort_test_curve.{e}")
+                          for e in ("png", "pdf", "json")]
+  s = json.loads((tmp_path / "fig" / "insertion_sort_test_curve.json").read_text())
+  s = s["G-ForgetNet s0"]
+  assert s["kept"] == {"step": 50, "test_score": 0.4, "test_curve_there": 0.4}
+  assert s["selection"] == {"first_best": {"step": 50, "val": 1.0, "test": 0.4},
+                            "last_best": {"step": 150, "val": 1.0, "test": 0.95},
+                            "final": {"step": 200, "val": 0.95, "test": 0.9}}
+  assert s["tied_with_best"] == [{"step": 50, "test": 0.4}, {"step": 150, "test": 0.95}]
+  assert s["test"]["min"] == 0.4 and s["test"]["max"] == 0.95
+  assert s["test"]["median"] == pytest.approx(0.8) and s["test"]["steps_below_0.8"] == [50, 100]
+  assert "test 40.0-95.0 %" in printed[0] and "last_best step 150: 95.00" in printed[0]
+  # A run trained without Protocol.test_every_steps is refused by name.
+  del run["curves"]["test"]
+  path.write_text(json.dumps(run))
+  with pytest.raises(SystemExit):
+    test_curve.main(["--run", f"x={path}", "--out", str(tmp_path / "fig2")])
+  assert "no test curve" in capsys.readouterr().err
