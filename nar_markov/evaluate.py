@@ -2,7 +2,7 @@
 
     python -m nar_markov.evaluate RUN_DIR [--split test|val] [--nodes 64,128]
         [--max-samples N] [--batch-size B] [--sample-seed S] [--algorithm ALG] [--json OUT]
-        [--hints] [--update-gate]
+        [--hints] [--update-gate] [--history-gate]
 
 RUN_DIR holds `params.npz` (nar_markov.params_io: best-validation parameters, net config,
 metadata) and the run's `result.json` (algorithm, model, seed). A multi-task model's metadata
@@ -24,6 +24,12 @@ argument). One line per hint; --json keeps every step.
 u * ret + (1 - u) * h, with gate bias -3 at initialisation) over every node, feature and step of
 the scored graphs: its mean and the shares of u < 0.1 and u > 0.9. In ForgetNet h = 0, so the
 gate only scales the processor's output (u * ret); this says what it learned to do with it.
+
+--history-gate (G-ForgetNet) measures its history gate g(t) and what passes it, g * h(t-1): the
+mean norms of g, h(t-1) and g * h(t-1) (the paper's gate norm), the shares of gate entries
+below 0.1 / above 0.9, and how much of the history that passes the few largest channels carry.
+The penalty is on ||g||: this tells a gate that passes little from one shut on most channels
+and open on a few large ones.
 """
 
 from __future__ import annotations
@@ -99,10 +105,12 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
                  max_samples: Optional[int] = None, batch_size: Optional[int] = None,
                  sample_seed: int = DEFAULT_SAMPLE_SEED, cache_dir: Optional[str] = None,
                  algorithm: Optional[str] = None, hints: bool = False,
-                 update_gate: bool = False, log=print) -> Dict[str, Any]:
+                 update_gate: bool = False, history_gate: bool = False,
+                 log=print) -> Dict[str, Any]:
   """Scores of a saved run: on `split`, or on fresh graphs of each of `nodes`
   (hints: also each hint's per-step accuracy, `hint_accuracy`; update_gate: the
-  processor's update gate, `update_gate_stats`)."""
+  processor's update gate, `update_gate_stats`; history_gate: G-ForgetNet's gate,
+  `history_gate_stats`)."""
   from nar_markov import data
   from nar_markov import train
 
@@ -145,6 +153,14 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
                                                    max_samples)
       log(f"  update gate u: mean {g['mean']:.3f}, u < 0.1: {g['share_below_0.1']:.3f}, "
           f"u > 0.9: {g['share_above_0.9']:.3f}")
+    if history_gate:
+      g = entry["history_gate"] = history_gate_stats(model, params, feedback, index, bs,
+                                                     max_samples)
+      log(f"  history gate: |g| {g['gate_norm']:.3f}, |h(t-1)| {g['history_norm']:.3f}, "
+          f"|g*h(t-1)| {g['gated_norm']:.3f} (per sqrt(d)); g < 0.1: "
+          f"{g['share_below_0.1']:.3f}, g > 0.9: {g['share_above_0.9']:.3f}; share of "
+          "|g*h|^2 in the top " + ", ".join(f"{n}: {v:.3f}" for n, v in g["top_share"].items())
+          + " channels")
   result = run["result"]
   return {
       "run_dir": str(run_dir),
@@ -210,65 +226,141 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
           for h in hints}
 
 
-def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size: int,
-                      max_samples: Optional[int] = None) -> Dict[str, float]:
-  """Mean of the processor's update gate u = sigmoid(gate3(.)) and the shares of u < 0.1
-  and u > 0.9 over the nodes, features and steps of `feedback` (padded samples and steps
-  past a trajectory's end included), run as at test time.
-
-  Computed with the reference net (dm-clrs's modules; the same parameters), whose gate3 is the
-  last hk.Linear the processor calls: found by tracing the forward pass abstractly
-  (jax.eval_shape), then intercepted.
-  """
+def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: int,
+                     max_samples: Optional[int], interceptor) -> None:
+  """Run the reference net (dm-clrs's modules; the same parameters) over `feedback` as at
+  test time, inside haiku's method `interceptor` (which records through jax callbacks)."""
   import dataclasses
   import haiku as hk
   import jax
-  import jax.numpy as jnp
-  import numpy as np
   from nar_markov import data
   from nar_markov import train
 
-  if model.config.processor != "triplet_gmpnn":
-    raise ValueError(f"--update-gate is for triplet_gmpnn, not {model.config.processor!r}")
   ref = train.Model(model.specs, model.nb_dims,
                     dataclasses.replace(model.config, impl="reference"), model.optimizer)
   feedback, n_total = data.at_most(feedback, max_samples)
-  batches = list(data.eval_batches(feedback, min(batch_size, n_total)))
-
-  called = []
-
-  def trace_names(next_f, args, kwargs, context):
-    if context.method_name == "__call__" and isinstance(context.module, hk.Linear):
-      called.append(context.module.module_name)
-    return next_f(*args, **kwargs)
 
   def outputs(params, features, interceptor):
     with hk.experimental.intercept_methods(interceptor):
       return ref.apply(params, features, algorithm_index, True,
                        collect_hints=False).output_preds
 
-  jax.eval_shape(lambda p, f: outputs(p, f, trace_names), params, batches[0][0].features)
-  gate_names = [n for n in called if "processor" in n]
-  if not gate_names:
-    raise ValueError("no processor Linear found to intercept")
-  gate3 = gate_names[-1]
-  stats = []
+  batches = [b for b, _ in data.eval_batches(feedback, min(batch_size, n_total))]
+  if getattr(interceptor, "needs_trace", False):
+    # A first, abstract pass (no computation) so the interceptor can see the calls' order.
+    jax.eval_shape(lambda p, f: outputs(p, f, interceptor.trace), params, batches[0].features)
+  run = jax.jit(lambda p, f: outputs(p, f, interceptor))
+  for batch in batches:
+    jax.block_until_ready(run(params, batch.features))
 
-  def record(next_f, args, kwargs, context):
+
+class _UpdateGate:
+  """Records u = sigmoid(gate3(.)), gate3 being the last hk.Linear the processor calls."""
+  needs_trace = True
+
+  def __init__(self):
+    self.called, self.stats = [], []
+
+  def trace(self, next_f, args, kwargs, context):
+    import haiku as hk
+    if context.method_name == "__call__" and isinstance(context.module, hk.Linear):
+      self.called.append(context.module.module_name)
+    return next_f(*args, **kwargs)
+
+  @property
+  def gate3(self):
+    names = [n for n in self.called if "processor" in n]
+    if not names:
+      raise ValueError("no processor Linear found to intercept")
+    return names[-1]
+
+  def __call__(self, next_f, args, kwargs, context):
+    import jax
+    import jax.numpy as jnp
     out = next_f(*args, **kwargs)
-    if context.method_name == "__call__" and context.module.module_name == gate3:
+    if context.method_name == "__call__" and context.module.module_name == self.gate3:
       u = jax.nn.sigmoid(out)
-      jax.debug.callback(lambda *v: stats.append([float(x) for x in v]),
+      jax.debug.callback(lambda *v: self.stats.append([float(x) for x in v]),
                          jnp.mean(u), jnp.mean(u < 0.1), jnp.mean(u > 0.9), u.size)
     return out
 
-  run = jax.jit(lambda p, f: outputs(p, f, record))
-  for batch, _ in batches:
-    jax.block_until_ready(run(params, batch.features))
-  a = np.asarray(stats)
+
+def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size: int,
+                      max_samples: Optional[int] = None) -> Dict[str, float]:
+  """Mean of the processor's update gate u = sigmoid(gate3(.)) and the shares of u < 0.1
+  and u > 0.9 over the nodes, features and steps of `feedback` (padded samples and steps
+  past a trajectory's end included), run as at test time.
+
+  Computed with the reference net, whose gate3 is the last hk.Linear the processor calls:
+  found by tracing the forward pass abstractly (jax.eval_shape), then intercepted.
+  """
+  import numpy as np
+
+  if model.config.processor != "triplet_gmpnn":
+    raise ValueError(f"--update-gate is for triplet_gmpnn, not {model.config.processor!r}")
+  gate = _UpdateGate()
+  _run_intercepted(model, params, feedback, algorithm_index, batch_size, max_samples, gate)
+  a = np.asarray(gate.stats)
   w = a[:, 3] / a[:, 3].sum()
-  return {"module": gate3, "mean": float(w @ a[:, 0]), "share_below_0.1": float(w @ a[:, 1]),
+  return {"module": gate.gate3, "mean": float(w @ a[:, 0]), "share_below_0.1": float(w @ a[:, 1]),
           "share_above_0.9": float(w @ a[:, 2]), "calls": int(len(a))}
+
+
+TOP_CHANNELS = (1, 2, 4, 8, 16)
+
+
+def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size: int,
+                       max_samples: Optional[int] = None) -> Dict[str, Any]:
+  """G-ForgetNet's history gate g(t) (Eq. 5) and what passes it, g(t) * h(t-1), over the
+  nodes and steps of `feedback` (padded samples and steps past a trajectory's end included),
+  run as at test time.
+
+  Returns the means over nodes and steps of ||g||/sqrt(d), ||h(t-1)||/sqrt(d) and
+  ||g * h(t-1)||/sqrt(d) (the last is the paper's gate norm, Sec. 5 / Fig. 5); the shares of
+  gate entries below 0.1 and above 0.9; and, per hidden channel k, how the history that passes
+  is spread: `top_share[n]`, the share of sum (g_k h_k)^2 carried by the n channels that carry
+  most, and those channels with the rms of g_k and h_k.  This tells a gate that lets little
+  history through from one that is shut on most channels and open on a few large ones (the
+  penalty is on ||g||, not on what passes).
+  """
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from nar_markov import model as model_lib
+
+  if model.config.history != "gated":
+    raise ValueError(f"--history-gate is for the gated history (G-ForgetNet), not "
+                     f"{model.config.history!r}")
+  sums = []
+
+  def record(next_f, args, kwargs, context):
+    g = next_f(*args, **kwargs)
+    if context.method_name == "__call__" and isinstance(context.module, model_lib.HistoryGate):
+      h = args[1]                                  # [B, N, d]: h(t-1)
+      d = h.shape[-1]
+      norms = [jnp.sum(jnp.linalg.norm(x, axis=-1)) / np.sqrt(d) for x in (g, h, g * h)]
+      per_channel = [jnp.sum(x, axis=(0, 1)) for x in ((g * h) ** 2, g ** 2, h ** 2)]
+      jax.debug.callback(lambda *v: sums.append([np.asarray(x, np.float64) for x in v]),
+                         *norms, jnp.sum(g < 0.1), jnp.sum(g > 0.9), *per_channel,
+                         g.shape[0] * g.shape[1])
+    return g
+
+  _run_intercepted(model, params, feedback, algorithm_index, batch_size, max_samples, record)
+  (g_norm, h_norm, gh_norm, below, above, gh2, g2, h2, count) = [
+      sum(s[i] for s in sums) for i in range(len(sums[0]))]
+  d = gh2.shape[0]
+  order = np.argsort(-gh2, kind="stable")
+  cumulative = np.cumsum(gh2[order]) / max(float(gh2.sum()), 1e-30)
+  return {
+      "gate_norm": float(g_norm / count), "history_norm": float(h_norm / count),
+      "gated_norm": float(gh_norm / count),
+      "share_below_0.1": float(below / (count * d)), "share_above_0.9": float(above / (count * d)),
+      "top_share": {str(n): float(cumulative[n - 1]) for n in TOP_CHANNELS if n <= d},
+      "top_channels": [{"channel": int(k), "share": float(gh2[k] / max(gh2.sum(), 1e-30)),
+                        "rms_g": float(np.sqrt(g2[k] / count)),
+                        "rms_h": float(np.sqrt(h2[k] / count))} for k in order[:8]],
+      "calls": len(sums),
+  }
 
 
 def hint_summary(name: str, entry: Mapping[str, Any], below: float = 0.99) -> str:
@@ -317,6 +409,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="also score each hint step by step (the model fed its own hints)")
   parser.add_argument("--update-gate", action="store_true",
                       help="also measure the Triplet-GMPNN processor's update gate")
+  parser.add_argument("--history-gate", action="store_true",
+                      help="also measure G-ForgetNet's history gate and what passes it")
   args = parser.parse_args(argv)
   if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
     parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
@@ -324,11 +418,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.error("--max-samples must be >= 1")
   from nar_markov import train
   train.setup_compilation_cache()
+  if args.history_gate:
+    config = params_io.load_params(pathlib.Path(args.run_dir) / PARAMS_NAME)[1]
+    if config.get("history", "gated") != "gated":
+      parser.error(f"--history-gate is for G-ForgetNet (the gated history); {args.run_dir} "
+                   f"is a {config['history']!r} model")
   out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
                      max_samples=args.max_samples, batch_size=args.batch_size,
                      sample_seed=args.sample_seed, cache_dir=args.cache_dir,
                      algorithm=args.algorithm, hints=args.hints,
-                     update_gate=args.update_gate)
+                     update_gate=args.update_gate, history_gate=args.history_gate)
   if args.json:
     train.atomic_write_bytes(pathlib.Path(args.json),
                              json.dumps(train.jsonable(out), indent=1).encode())

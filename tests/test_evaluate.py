@@ -271,3 +271,54 @@ def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache
                                     max_samples=SAMPLES)
   assert shut["mean"] < 1e-6 and shut["share_below_0.1"] == 1.0
   assert wide["mean"] > 1 - 1e-6 and wide["share_above_0.9"] == 1.0
+
+
+def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_dir, capsys):
+  """--history-gate intercepts G-ForgetNet's HistoryGate: its mean |g * h(t-1)| is the net's
+  own gate norm (NetOutput.history_norm, the paper's Fig. 5 quantity); the gate's last bias far
+  down shuts it (nothing passes), far up opens it (all of h(t-1) passes)."""
+  import jax
+  from nar_markov import data
+  from nar_markov import evaluate
+
+  run_dir, net, params = saved_run
+  test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
+  stats = evaluate.history_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
+  batch = next(iter(data.eval_batches(data.at_most(test, SAMPLES)[0], SAMPLES)))[0]
+  own = jax.jit(lambda p, f: net.apply(p, f, 0, True, collect_hints=False).history_norm)(
+      params, batch.features)
+  assert stats["gated_norm"] == pytest.approx(float(np.mean(own)), rel=1e-4)
+  assert stats["calls"] == np.shape(own)[0]
+  assert 0.0 < stats["gated_norm"] < stats["history_norm"]
+  assert 0.0 < stats["gate_norm"] < 1.0
+  shares = [stats["top_share"][n] for n in ("1", "2", "4", "8")]
+  assert shares == sorted(shares) and shares[-1] == pytest.approx(1.0)  # d = 8 channels
+  assert sum(c["share"] for c in stats["top_channels"][:2]) == pytest.approx(shares[1])
+
+  last = next(m for m in params if "history_gate" in m and m.endswith("linear_1"))
+
+  def with_bias(value):
+    out = {m: dict(p) for m, p in params.items()}
+    out[last]["b"] = np.full_like(np.asarray(out[last]["b"]), value)
+    return out
+
+  shut = evaluate.history_gate_stats(net, with_bias(-100.0), test, 0, SAMPLES,
+                                     max_samples=SAMPLES)
+  wide = evaluate.history_gate_stats(net, with_bias(100.0), test, 0, SAMPLES,
+                                     max_samples=SAMPLES)
+  assert shut["gated_norm"] < 1e-6 and shut["share_below_0.1"] == 1.0
+  assert wide["gate_norm"] == pytest.approx(1.0) and wide["share_above_0.9"] == 1.0
+  assert wide["gated_norm"] == pytest.approx(wide["history_norm"], rel=1e-5)
+  # Refused, by name, for a model without the gate: in the function and, before any
+  # scoring, on the command line.
+  from nar_markov import train
+  ungated = train.Model(net.specs, net.nb_dims,
+                        dataclasses.replace(net.config, history="full"), net.optimizer)
+  with pytest.raises(ValueError, match="history-gate is for the gated history"):
+    evaluate.history_gate_stats(ungated, params, test, 0, SAMPLES)
+  baseline_dir = run_dir.parent / "baseline_seed5"
+  _, config, meta = params_io.load_params(run_dir / "params.npz")
+  params_io.save_params(baseline_dir / "params.npz", params, dict(config, history="full"), meta)
+  with pytest.raises(SystemExit):
+    evaluate.main([str(baseline_dir), "--history-gate"])
+  assert "is a 'full' model" in capsys.readouterr().err
