@@ -159,6 +159,18 @@ def _hint_step_entries(run):
   return steps, losses
 
 
+def labelled_path(flag):
+  """An argparse `type` for a command-line value LABEL=PATH (the figure CLIs' --run, --eval)."""
+  import argparse
+
+  def parse(text):
+    label, sep, path = text.partition("=")
+    if not sep or not label or not path:
+      raise argparse.ArgumentTypeError(f"{flag} wants LABEL=PATH, got {text!r}")
+    return label, path
+  return parse
+
+
 def _save(fig, out_dir, name):
   paths = []
   for ext in ("png", "pdf"):

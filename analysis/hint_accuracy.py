@@ -58,16 +58,9 @@ def plot_hint_accuracy(evaluations, out_dir, name):
   return figures._save(fig, out_dir, name)  # pylint: disable=protected-access
 
 
-def _labelled(text):
-  label, sep, path = text.partition("=")
-  if not sep or not label or not path:
-    raise argparse.ArgumentTypeError(f"--eval wants LABEL=PATH, got {text!r}")
-  return label, path
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--eval", dest="evaluations", type=_labelled, action="append",
+  parser.add_argument("--eval", dest="evaluations", type=figures.labelled_path("--eval"), action="append",
                       required=True, help="LABEL=PATH of an evaluate --hints --json file")
   parser.add_argument("--out", required=True)
   parser.add_argument("--name", default=None,

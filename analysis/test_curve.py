@@ -97,16 +97,9 @@ def plot_test_curves(runs, out_dir, name):
   return figures._save(fig, out_dir, name)  # pylint: disable=protected-access
 
 
-def _labelled(text):
-  label, sep, path = text.partition("=")
-  if not sep or not label or not path:
-    raise argparse.ArgumentTypeError(f"--run wants LABEL=PATH, got {text!r}")
-  return label, path
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--run", dest="runs", type=_labelled, action="append", required=True,
+  parser.add_argument("--run", dest="runs", type=figures.labelled_path("--run"), action="append", required=True,
                       help="LABEL=PATH of a result.json (or its run folder) with a test curve")
   parser.add_argument("--out", required=True)
   parser.add_argument("--name", default=None,

@@ -248,6 +248,16 @@ def test_hint_accuracy_per_step_is_the_pointer_argmax_match(saved_run, data_cach
   assert line.startswith(f"hint pi_h: overall {entry['overall']:.4f}; first step below 0.99: ")
 
 
+def _at_bias_extremes(stats_fn, net, params, module, feedback):
+  """stats_fn's answer with `module`'s bias at -100 (its sigmoid shut) and at +100 (open)."""
+  def with_bias(value):
+    out = {m: dict(p) for m, p in params.items()}
+    out[module]["b"] = np.full_like(np.asarray(out[module]["b"]), value)
+    return out
+  return [stats_fn(net, with_bias(b), feedback, 0, SAMPLES, max_samples=SAMPLES)
+          for b in (-100.0, 100.0)]
+
+
 def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache_dir):
   """--update-gate intercepts dm-clrs's gate3 (the processor's last Linear): pushing its
   bias far down closes every u, far up opens every u; other Linears' biases would not."""
@@ -259,16 +269,7 @@ def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache
   stats = evaluate.update_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
   assert stats["module"].endswith("mpnn_aggr_clrs_processor/linear_16")
   assert 0.0 < stats["mean"] < 1.0 and stats["calls"] > 1
-
-  def with_bias(value):
-    out = {m: dict(p) for m, p in params.items()}
-    out[stats["module"]]["b"] = np.full_like(np.asarray(out[stats["module"]]["b"]), value)
-    return out
-
-  shut = evaluate.update_gate_stats(net, with_bias(-100.0), test, 0, SAMPLES,
-                                    max_samples=SAMPLES)
-  wide = evaluate.update_gate_stats(net, with_bias(100.0), test, 0, SAMPLES,
-                                    max_samples=SAMPLES)
+  shut, wide = _at_bias_extremes(evaluate.update_gate_stats, net, params, stats["module"], test)
   assert shut["mean"] < 1e-6 and shut["share_below_0.1"] == 1.0
   assert wide["mean"] > 1 - 1e-6 and wide["share_above_0.9"] == 1.0
 
@@ -296,16 +297,7 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   assert sum(c["share"] for c in stats["top_channels"][:2]) == pytest.approx(shares[1])
 
   last = next(m for m in params if "history_gate" in m and m.endswith("linear_1"))
-
-  def with_bias(value):
-    out = {m: dict(p) for m, p in params.items()}
-    out[last]["b"] = np.full_like(np.asarray(out[last]["b"]), value)
-    return out
-
-  shut = evaluate.history_gate_stats(net, with_bias(-100.0), test, 0, SAMPLES,
-                                     max_samples=SAMPLES)
-  wide = evaluate.history_gate_stats(net, with_bias(100.0), test, 0, SAMPLES,
-                                     max_samples=SAMPLES)
+  shut, wide = _at_bias_extremes(evaluate.history_gate_stats, net, params, last, test)
   assert shut["gated_norm"] < 1e-6 and shut["share_below_0.1"] == 1.0
   assert wide["gate_norm"] == pytest.approx(1.0) and wide["share_above_0.9"] == 1.0
   assert wide["gated_norm"] == pytest.approx(wide["history_norm"], rel=1e-5)
