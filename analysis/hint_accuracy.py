@@ -60,8 +60,9 @@ def plot_hint_accuracy(evaluations, out_dir, name):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--eval", dest="evaluations", type=figures.labelled_path("--eval"), action="append",
-                      required=True, help="LABEL=PATH of an evaluate --hints --json file")
+  parser.add_argument("--eval", dest="evaluations", type=figures.labelled_path("--eval"),
+                      action="append", required=True,
+                      help="LABEL=PATH of an evaluate --hints --json file")
   parser.add_argument("--out", required=True)
   parser.add_argument("--name", default=None,
                       help="file name without extension (default: <algorithm>_hint_accuracy)")

@@ -99,7 +99,8 @@ def plot_test_curves(runs, out_dir, name):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--run", dest="runs", type=figures.labelled_path("--run"), action="append", required=True,
+  parser.add_argument("--run", dest="runs", type=figures.labelled_path("--run"),
+                      action="append", required=True,
                       help="LABEL=PATH of a result.json (or its run folder) with a test curve")
   parser.add_argument("--out", required=True)
   parser.add_argument("--name", default=None,

@@ -227,9 +227,11 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
 
 
 def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: int,
-                     max_samples: Optional[int], interceptor) -> None:
+                     max_samples: Optional[int], interceptor, trace=None) -> None:
   """Run the reference net (dm-clrs's modules; the same parameters) over `feedback` as at
-  test time, inside haiku's method `interceptor` (which records through jax callbacks)."""
+  test time, inside haiku's method `interceptor` (which records through jax callbacks).
+  `trace`, if given, is an interceptor for a first, abstract pass (jax.eval_shape: no
+  computation) before `interceptor` is traced, e.g. to learn the order of the calls."""
   import dataclasses
   import haiku as hk
   import jax
@@ -246,43 +248,11 @@ def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: 
                        collect_hints=False).output_preds
 
   batches = [b for b, _ in data.eval_batches(feedback, min(batch_size, n_total))]
-  if getattr(interceptor, "needs_trace", False):
-    # A first, abstract pass (no computation) so the interceptor can see the calls' order.
-    jax.eval_shape(lambda p, f: outputs(p, f, interceptor.trace), params, batches[0].features)
+  if trace is not None:
+    jax.eval_shape(lambda p, f: outputs(p, f, trace), params, batches[0].features)
   run = jax.jit(lambda p, f: outputs(p, f, interceptor))
   for batch in batches:
     jax.block_until_ready(run(params, batch.features))
-
-
-class _UpdateGate:
-  """Records u = sigmoid(gate3(.)), gate3 being the last hk.Linear the processor calls."""
-  needs_trace = True
-
-  def __init__(self):
-    self.called, self.stats = [], []
-
-  def trace(self, next_f, args, kwargs, context):
-    import haiku as hk
-    if context.method_name == "__call__" and isinstance(context.module, hk.Linear):
-      self.called.append(context.module.module_name)
-    return next_f(*args, **kwargs)
-
-  @property
-  def gate3(self):
-    names = [n for n in self.called if "processor" in n]
-    if not names:
-      raise ValueError("no processor Linear found to intercept")
-    return names[-1]
-
-  def __call__(self, next_f, args, kwargs, context):
-    import jax
-    import jax.numpy as jnp
-    out = next_f(*args, **kwargs)
-    if context.method_name == "__call__" and context.module.module_name == self.gate3:
-      u = jax.nn.sigmoid(out)
-      jax.debug.callback(lambda *v: self.stats.append([float(x) for x in v]),
-                         jnp.mean(u), jnp.mean(u < 0.1), jnp.mean(u > 0.9), u.size)
-    return out
 
 
 def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size: int,
@@ -294,15 +264,39 @@ def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size:
   Computed with the reference net, whose gate3 is the last hk.Linear the processor calls:
   found by tracing the forward pass abstractly (jax.eval_shape), then intercepted.
   """
+  import haiku as hk
+  import jax
+  import jax.numpy as jnp
   import numpy as np
 
   if model.config.processor != "triplet_gmpnn":
     raise ValueError(f"--update-gate is for triplet_gmpnn, not {model.config.processor!r}")
-  gate = _UpdateGate()
-  _run_intercepted(model, params, feedback, algorithm_index, batch_size, max_samples, gate)
-  a = np.asarray(gate.stats)
+  called, stats = [], []
+
+  def trace_names(next_f, args, kwargs, context):
+    if context.method_name == "__call__" and isinstance(context.module, hk.Linear):
+      called.append(context.module.module_name)
+    return next_f(*args, **kwargs)
+
+  def gate3():
+    names = [n for n in called if "processor" in n]
+    if not names:
+      raise ValueError("no processor Linear found to intercept")
+    return names[-1]
+
+  def record(next_f, args, kwargs, context):
+    out = next_f(*args, **kwargs)
+    if context.method_name == "__call__" and context.module.module_name == gate3():
+      u = jax.nn.sigmoid(out)
+      jax.debug.callback(lambda *v: stats.append([float(x) for x in v]),
+                         jnp.mean(u), jnp.mean(u < 0.1), jnp.mean(u > 0.9), u.size)
+    return out
+
+  _run_intercepted(model, params, feedback, algorithm_index, batch_size, max_samples, record,
+                   trace=trace_names)
+  a = np.asarray(stats)
   w = a[:, 3] / a[:, 3].sum()
-  return {"module": gate.gate3, "mean": float(w @ a[:, 0]), "share_below_0.1": float(w @ a[:, 1]),
+  return {"module": gate3(), "mean": float(w @ a[:, 0]), "share_below_0.1": float(w @ a[:, 1]),
           "share_above_0.9": float(w @ a[:, 2]), "calls": int(len(a))}
 
 
@@ -350,13 +344,14 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
       sum(s[i] for s in sums) for i in range(len(sums[0]))]
   d = gh2.shape[0]
   order = np.argsort(-gh2, kind="stable")
-  cumulative = np.cumsum(gh2[order]) / max(float(gh2.sum()), 1e-30)
+  total = max(float(gh2.sum()), 1e-30)
+  cumulative = np.cumsum(gh2[order]) / total
   return {
       "gate_norm": float(g_norm / count), "history_norm": float(h_norm / count),
       "gated_norm": float(gh_norm / count),
       "share_below_0.1": float(below / (count * d)), "share_above_0.9": float(above / (count * d)),
       "top_share": {str(n): float(cumulative[n - 1]) for n in TOP_CHANNELS if n <= d},
-      "top_channels": [{"channel": int(k), "share": float(gh2[k] / max(gh2.sum(), 1e-30)),
+      "top_channels": [{"channel": int(k), "share": float(gh2[k] / total),
                         "rms_g": float(np.sqrt(g2[k] / count)),
                         "rms_h": float(np.sqrt(h2[k] / count))} for k in order[:8]],
       "calls": len(sums),
