@@ -48,6 +48,11 @@ RESULT_NAME = "result.json"
 DEFAULT_SAMPLE_SEED = 4
 
 
+class RunMismatch(ValueError):
+  """The run folder does not fit the request (no algorithm named, another algorithm asked
+  for, a gate measured that the model does not have); the CLI reports it as a usage error."""
+
+
 def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
   """params, net_config, meta, result (or {}) of a run folder, the algorithms of the model
   (meta['algorithms'], else the one algorithm) and the one to score (`algorithm`, else
@@ -58,10 +63,10 @@ def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
   result = json.loads(result_path.read_text()) if result_path.exists() else {}
   algorithm = algorithm or meta.get("algorithm") or result.get("algorithm")
   if not algorithm:
-    raise ValueError(f"{run_dir}: neither params.npz's meta nor result.json names the algorithm")
+    raise RunMismatch(f"{run_dir}: neither params.npz's meta nor result.json names the algorithm")
   algorithms = list(meta.get("algorithms") or [algorithm])
   if algorithm not in algorithms:
-    raise ValueError(f"{run_dir}: the model was trained on {algorithms}, not {algorithm!r}")
+    raise RunMismatch(f"{run_dir}: the model was trained on {algorithms}, not {algorithm!r}")
   return {"params": params, "net_config": net_config, "meta": meta, "result": result,
           "algorithm": algorithm, "algorithms": algorithms}
 
@@ -115,6 +120,10 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
   from nar_markov import train
 
   run = load_run(run_dir, algorithm)
+  if history_gate and run["net_config"].get("history", "gated") != "gated":
+    # Checked before any data is built: the gate is measured per split or size.
+    raise RunMismatch(f"--history-gate is for G-ForgetNet (the gated history); {run_dir} "
+                      f"is a {run['net_config']['history']!r} model")
   algorithm = run["algorithm"]
   index = run["algorithms"].index(algorithm)
   model = build_model(run["algorithms"], run["net_config"], run["meta"].get("nb_dims"),
@@ -413,16 +422,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.error("--max-samples must be >= 1")
   from nar_markov import train
   train.setup_compilation_cache()
-  if args.history_gate:
-    config = params_io.load_params(pathlib.Path(args.run_dir) / PARAMS_NAME)[1]
-    if config.get("history", "gated") != "gated":
-      parser.error(f"--history-gate is for G-ForgetNet (the gated history); {args.run_dir} "
-                   f"is a {config['history']!r} model")
-  out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
-                     max_samples=args.max_samples, batch_size=args.batch_size,
-                     sample_seed=args.sample_seed, cache_dir=args.cache_dir,
-                     algorithm=args.algorithm, hints=args.hints,
-                     update_gate=args.update_gate, history_gate=args.history_gate)
+  try:
+    out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
+                       max_samples=args.max_samples, batch_size=args.batch_size,
+                       sample_seed=args.sample_seed, cache_dir=args.cache_dir,
+                       algorithm=args.algorithm, hints=args.hints,
+                       update_gate=args.update_gate, history_gate=args.history_gate)
+  except RunMismatch as e:
+    parser.error(str(e))
   if args.json:
     train.atomic_write_bytes(pathlib.Path(args.json),
                              json.dumps(train.jsonable(out), indent=1).encode())
