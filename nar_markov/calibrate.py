@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import datetime
 import math
+import pathlib
 import statistics
 import sys
 from typing import Any, Dict, Optional, Sequence
@@ -90,7 +91,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
         trial_dir = trial_results_dir(results_dir, algorithm, seed, i)
         res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
                                    penalty=experiment.GatePenalty(lam, start_step=0),
-                                   **common)
+                                   save_final_state=True, **common)
         if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):
           raise CalibrationError(
               f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "
@@ -103,13 +104,18 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
                   "diverged_step": res["diverged_step"], "run_dir": run_folder}
         out = measure(res, step, window)
         out["run_dir"] = run_folder
+        out["final_state"] = str(pathlib.Path(run_folder) / runs.FINAL_STATE_NAME)
         log(f"{algorithm} seed {seed} trial {i}: λ = {lam:.6g} -> penalty share "
             f"{out['share']:.3f} (L {out['L']:.4g}, G {out['G']:.4g})")
         return out
       trials, chosen, in_band = search(run_trial, entry["lambda0"], h.band,
                                        h.max_trials, h.bracket_factor)
+      # The chosen trial is the first `step` steps of this seed's G-ForgetNet run with
+      # that λ (same seed, data and schedule, λ from step 0): the run continues from its
+      # state (nar_markov.train, reuse_calibration_prefix) when its λ is the record's.
       entry.update({"lambda": chosen["lambda"], "trials": trials, "in_band": in_band,
-                    "share_reached": chosen["share"]})
+                    "share_reached": chosen["share"], "chosen_trial": chosen["trial"],
+                    "chosen_state": chosen.get("final_state")})
       if not in_band:
         log(f"WARNING: {algorithm} seed {seed}: the penalty share never reached the band "
             f"{h.band} in {len(trials)} trials; using the closest trial, λ = "
@@ -135,7 +141,21 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   }
   atomic_write_json(path, record)
   log(f"wrote {path}: λ = {lam:.6g} (median over seeds {list(h.seeds)}), status {status}")
+  if h.reading == "constant":
+    _remove_unused_trial_states(record)
   return record
+
+
+def _remove_unused_trial_states(record: Dict[str, Any]) -> None:
+  """Delete the saved states of the search trials no G-ForgetNet run can continue from
+  (all but each seed's chosen trial whose λ is the record's): one parameter set each."""
+  for entry in record["seeds"]:
+    keep = entry.get("chosen_state") if math.isclose(
+        entry["lambda"], record["lambda"], rel_tol=1e-12) else None
+    for t in entry.get("trials", []):
+      state = t.get("final_state")
+      if state and state != keep:
+        pathlib.Path(state).unlink(missing_ok=True)
 
 
 def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,

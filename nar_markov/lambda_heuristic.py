@@ -25,7 +25,10 @@ chosen with the gin binding ``LambdaHeuristic.reading``:
   steps on (log λ, logit share) kept inside the bracket (bisection where a
   secant step would leave it), at most ``max_trials`` trials, every trial
   recorded; if the band is never reached, the closest trial is used and the
-  record says so (status ``closest``), loudly.
+  record says so (status ``closest``), loudly.  The chosen trial of seed k is
+  the first 6,000 steps of G-ForgetNet's run of seed k with that λ, so that run
+  continues from the trial's saved state (as under ``schedule``, when the
+  seed's λ is the record's); the other trials' states are deleted.
 
 Why ``schedule`` is the default: it is the reading under which the text's
 own explanation holds -- the first 6,000 steps are "simply learning to
@@ -93,7 +96,7 @@ class LambdaHeuristic:
   band: Tuple[float, float] = (0.4, 0.6)  # constant reading: the share to reach
   max_trials: int = 8                   # constant reading: search trials per seed
   bracket_factor: float = 10.0          # constant reading: λ step while bracketing
-  reuse_calibration_prefix: bool = True  # schedule reading: start from the λ=0 run
+  reuse_calibration_prefix: bool = True  # start from the calibration's state (below)
 
   def __post_init__(self):
     if self.reading not in READINGS:
@@ -379,12 +382,21 @@ def record_heuristic(h: LambdaHeuristic, schedule_steps: int) -> Dict[str, Any]:
 
 
 def prefix_state(record_info: Mapping[str, Any], seed: int) -> Optional[pathlib.Path]:
-  """The λ = 0 run's saved state at the switch for `seed`, if the record has one."""
+  """The saved state at the calibration step that `seed`'s G-ForgetNet run begins with,
+  if the record has one and it exists: schedule reading, the λ = 0 run's (no penalty
+  before the switch); constant reading, the chosen search trial's, when its λ is the
+  record's (the median over seeds may be another seed's)."""
   record = read_record(pathlib.Path(record_info["record"]))
   for s in record["seeds"]:
-    if s["seed"] == int(seed) and s.get("final_state"):
-      path = pathlib.Path(s["final_state"])
-      return path if path.exists() else None
+    if s["seed"] != int(seed):
+      continue
+    if record["reading"] == "schedule":
+      path = s.get("final_state")
+    elif math.isclose(s["lambda"], record["lambda"], rel_tol=1e-12):
+      path = s.get("chosen_state")
+    else:
+      path = None
+    return pathlib.Path(path) if path and pathlib.Path(path).exists() else None
   return None
 
 

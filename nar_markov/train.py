@@ -416,8 +416,8 @@ def _make_job(tasks: List["_Task"], *, model: str, multitask: bool,
       model=model, tasks=tasks, multitask=multitask,
       summed_step=make_summed_train_step(net, len(tasks)) if summed else None,
       save_final_state=bool(save_final_state), net=net, optimizer=optimizer,
-      train_steps=int(p.train_steps), eval_every_steps=int(p.eval_every_steps),
-      log_every_steps=int(p.log_every_steps),
+      train_steps=int(p.train_steps), horizon=int(p.horizon),
+      eval_every_steps=int(p.eval_every_steps), log_every_steps=int(p.log_every_steps),
       checkpoint_every_steps=int(p.checkpoint_every_steps),
       val_batch_size=int(p.val_batch_size), val_max_samples=p.val_max_samples,
       test_max_samples=p.test_max_samples, stop_after_steps=stop_after_steps,
@@ -493,6 +493,7 @@ class _Job:
   net: Model
   optimizer: optax.GradientTransformation
   train_steps: int
+  horizon: int                        # the cosine schedule's steps (Protocol.horizon)
   eval_every_steps: int
   log_every_steps: int
   checkpoint_every_steps: int
@@ -524,7 +525,12 @@ class _Job:
             or step % self.checkpoint_every_steps == 0)
 
   def eval_due(self, step: int) -> bool:
-    return step % self.eval_every_steps == 0 or step == self.train_steps
+    """run.py's cadence, and the last step of a run that ends its schedule.  A run cut
+    short of its horizon -- a lambda calibration run, the first steps of a G-ForgetNet
+    run that continues from its state -- validates only on the cadence, so that the
+    continued run sees the validations a run from scratch sees."""
+    return (step % self.eval_every_steps == 0
+            or step == self.train_steps == self.horizon)
 
   def checkpoint_due(self, step: int) -> bool:
     return step % self.checkpoint_every_steps == 0 and step < self.train_steps
@@ -589,19 +595,22 @@ class _SeedRun:
     prefix = None if state is not None else self.calibration_prefix()
     if prefix is not None:
       task = job.tasks[0]
+      info = task.lambda_info
+      step = int(info["calibration_step"])
       state = load_checkpoint(prefix)
-      if state is None or state["step"] != task.penalty_start:
-        raise ValueError(f"{prefix} does not hold the state at step {task.penalty_start}")
-      # The lambda = 0 calibration run of this seed: this run's settings but
-      # trained to the switch (train_steps), as model `calibrate` without
-      # penalty (nar_markov/calibrate.py).
+      if state is None or state["step"] != step:
+        raise ValueError(f"{prefix} does not hold the state at step {step}")
+      # A calibration run of this seed, model `calibrate` (nar_markov/calibrate.py):
+      # this run's settings trained to the calibration step, schedule reading with
+      # lambda = 0 (this run has no penalty before the switch), constant reading with
+      # this run's lambda from step 0 (the chosen search trial).
+      lam = 0.0 if info["reading"] == "schedule" else task.lam
       self.check_resume(state, prefix, [dict(
-          self.definitions[0], model="calibrate", lambda_gate=0.0, lambda_reading=None,
-          penalty_start_step=0, settings=dict(task.settings,
-                                              train_steps=task.penalty_start))])
-      log(f"{self.name}: continuing the lambda = 0 calibration run's training from "
-          f"step {state['step']} ({prefix}): the same seed, data and schedule, and "
-          "no penalty before the switch, so the same training")
+          self.definitions[0], model="calibrate", lambda_gate=lam, lambda_reading=None,
+          penalty_start_step=0, settings=dict(task.settings, train_steps=step))])
+      log(f"{self.name}: continuing the calibration run's training (lambda = {lam:.6g} "
+          f"from step 0) at step {step} ({prefix}): the same seed, data, schedule and "
+          "penalty up to there, so the same training")
       state["continued_from"] = str(prefix)
     if state is not None:
       for stream, stream_state in zip(self.streams, state["streams"]):
@@ -658,15 +667,15 @@ class _SeedRun:
           "results_dir, or move it aside to train this run from step 0")
 
   def calibration_prefix(self) -> Optional[pathlib.Path]:
-    """Schedule reading: the lambda = 0 calibration run of this seed, saved at
-    the switch, which is this run's training up to there (calibrate.py)."""
+    """The calibration run of this seed saved at the calibration step, which is this
+    run's training up to there (lambda_heuristic.prefix_state says which run)."""
     if len(self.job.tasks) != 1:
       return None
-    task = self.job.tasks[0]
-    info = task.lambda_info
+    info = self.job.tasks[0].lambda_info
     if (not info or info.get("source") != "calibration record"
-        or info.get("reading") != "schedule" or not info.get("reuse_calibration_prefix")
-        or task.penalty_start <= 0):
+        or not info.get("reuse_calibration_prefix")
+        or self.job.tasks[0].penalty_start != (info["calibration_step"]
+                                               if info.get("reading") == "schedule" else 0)):
       return None
     return lambda_heuristic.prefix_state(info, self.seed)
 

@@ -234,9 +234,9 @@ def test_cli_results_naming_a_file_is_a_clear_error(tmp_path, capsys):
 # -- the real thing, tiny: G-ForgetNet reads λ from the record -------------------------
 
 
-def _calibrated(tmp_path, reading="schedule"):
+def _calibrated(tmp_path, reading="schedule", bindings=()):
   config.parse_gin([], ["LambdaHeuristic.seeds = [0]", f"LambdaHeuristic.reading = '{reading}'",
-                        "LambdaHeuristic.max_trials = 2"])
+                        "LambdaHeuristic.max_trials = 2", *bindings])
   kwargs = dict(TINY, train_steps=STEPS, model="gforget")
   c = flat.components(**kwargs)
   record = calibrate.calibrate_algorithm("insertion_sort", tmp_path, net=c["net"],
@@ -274,18 +274,40 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
 
 
 def test_constant_reading_end_to_end(tmp_path, cache):
-  record, kwargs = _calibrated(tmp_path, "constant")
+  """A band this tiny run misses at λ0 (its share there is ~0.47): two trials, the
+  closest chosen; the run continues from that trial's state, as if from scratch."""
+  bindings = ["LambdaHeuristic.seeds = [0]", "LambdaHeuristic.reading = 'constant'",
+              "LambdaHeuristic.max_trials = 2", "LambdaHeuristic.band = (0.05, 0.2)"]
+  record, kwargs = _calibrated(tmp_path, "constant", bindings[-1:])
   seed = record["seeds"][0]
-  assert 1 <= len(seed["trials"]) <= 2 and record["status"] in ("done", "closest")
+  assert len(seed["trials"]) == 2 and record["status"] in ("done", "closest")
   for t in seed["trials"]:
     assert pathlib.Path(t["run_dir"], train.RESULT_NAME).exists()
-  config.parse_gin([], ["LambdaHeuristic.seeds = [0]", "LambdaHeuristic.reading = 'constant'",
-                        "LambdaHeuristic.max_trials = 2"])
+  config.parse_gin([], bindings)
   res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
                  **dict(kwargs, model="gforget_constant"))
   assert res["penalty_start_step"] == 0 and res["lambda_gate"] == record["lambda"]
   assert res["lambda_calibration"]["reading"] == "constant"
   assert all(p > 0 for p in res["curves"]["train"]["gate_penalty"])
+  # The run continued from the chosen trial's state; the other trials' states are gone.
+  chosen = seed["trials"][seed["chosen_trial"]]
+  assert chosen["lambda"] == record["lambda"]
+  assert res["lambda_calibration"]["continued_from"] == seed["chosen_state"]
+  assert seed["chosen_state"] == chosen["final_state"]
+  for t in seed["trials"]:
+    assert pathlib.Path(t["final_state"]).exists() == (t is chosen)
+  # From scratch (no reuse of the trial's state): the same run.
+  config.parse_gin([], bindings + ["LambdaHeuristic.reuse_calibration_prefix = False"])
+  other = tmp_path / "scratch"
+  rec_path = lambda_heuristic.record_path(other, "constant", "insertion_sort")
+  rec_path.parent.mkdir(parents=True)
+  rec_path.write_text(json.dumps(record))
+  scratch = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(other),
+                     **dict(kwargs, model="gforget_constant"))
+  assert "continued_from" not in scratch["lambda_calibration"]
+  np.testing.assert_allclose(scratch["curves"]["train"]["loss"],
+                             res["curves"]["train"]["loss"], rtol=1e-5)
+  assert scratch["test_score"] == pytest.approx(res["test_score"], abs=1e-6)
 
 
 def test_a_diverged_trial_counts_as_above_the_band():
