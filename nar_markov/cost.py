@@ -226,9 +226,10 @@ def format_calibration_estimate(algorithms: Sequence[str], settings: Mapping[str
 
   `heuristic`: nar_markov.lambda_heuristic.LambdaHeuristic.  Each calibration seed
   trains to the calibration step (0.6 of the schedule); under 'constant' each
-  seed adds up to max_trials search runs of that length.  Under 'schedule'
-  (with reuse_calibration_prefix) the G-ForgetNet run of a calibration seed
-  continues from the calibration, so those steps are not trained twice.
+  seed adds up to max_trials search runs of that length.  With
+  reuse_calibration_prefix the G-ForgetNet run of a calibration seed continues
+  from the calibration (schedule: the lambda = 0 run; constant: the chosen trial,
+  for the median seed), so those steps are not trained twice.
   """
   algorithms = list(algorithms)
   if not algorithms:
@@ -246,7 +247,9 @@ def format_calibration_estimate(algorithms: Sequence[str], settings: Mapping[str
   lines = [f"stage 1 cost, lambda calibration ({heuristic.reading}) -- ESTIMATES: "
            f"{len(algorithms)} algorithms x {what}: {_h(total)} h"
            + (" at most" if runs_per_seed > 1 else "")]
-  if heuristic.reading == "schedule" and heuristic.reuse_calibration_prefix:
-    lines.append(f"  (the G-ForgetNet runs of calibration seeds {list(heuristic.seeds)} continue "
-                 f"from their calibration at step {step:,}: stage 2 trains only the rest of them)")
+  if heuristic.reuse_calibration_prefix:
+    which = (f"calibration seeds {list(heuristic.seeds)}" if heuristic.reading == "schedule"
+             else "the median calibration seed")
+    lines.append(f"  (the G-ForgetNet runs of {which} continue from their calibration at step "
+                 f"{step:,}: stage 2 trains only the rest of them)")
   return "\n".join(lines)

@@ -111,3 +111,4 @@ def test_calibration_stage_estimate():
   text = cost.format_calibration_estimate(
       ["bfs"], settings, lambda_heuristic.LambdaHeuristic(reading="constant", seeds=(0,), max_trials=4))
   assert "1 seed(s) x (1 + up to 4 search trials)" in text and f"{5 * one:.2f} h at most" in text
+  assert "runs of the median calibration seed continue" in text
