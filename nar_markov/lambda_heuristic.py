@@ -24,8 +24,10 @@ chosen with the gin binding ``LambdaHeuristic.reading``:
   the λ = 0 run's L/G, bracket by factors of ``bracket_factor``, then secant
   steps on (log λ, logit share) kept inside the bracket (bisection where a
   secant step would leave it), at most ``max_trials`` trials, every trial
-  recorded; if the band is never reached, the closest trial is used and the
-  record says so (status ``closest``), loudly.  The chosen trial of seed k is
+  recorded.  The share need not grow with λ (a larger λ shuts the gate, and
+  the penalty with it): below the band the search climbs to the largest share.
+  If the band is never reached, the closest trial is used and the record says
+  so (status ``closest``), loudly.  The chosen trial of seed k is
   the first 6,000 steps of G-ForgetNet's run of seed k with that λ, so that run
   continues from the trial's saved state (as under ``schedule``, when the
   seed's λ is the record's); the other trials' states are deleted.
@@ -185,8 +187,10 @@ def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float
 
   `trials`: dicts with 'lambda' > 0 and 'share', in the order tried (share
   None: the trial diverged before the window ended, counted as above the
-  band -- its λ was too large to train with).  While
-  every share is below (above) the band, λ grows (shrinks) by `factor`.
+  band -- its λ was too large to train with).  While every share is above
+  the band, λ shrinks by `factor`.  While every share is below it, the search
+  climbs towards the largest share (`_climb`): the share λG/(L+λG) need not
+  grow with λ, because the penalty shuts the gate and G falls with λ.
   Once bracketed -- a trial below the band and one above -- a secant step in
   (log λ, logit share) between the tightest such pair, or their geometric
   mean where the secant step would not land strictly inside.  Aims at the
@@ -202,7 +206,9 @@ def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float
   below = [t for t in trials if t["share"] is not None and t["share"] < lo]
   above = [t for t in trials if t["share"] is None or t["share"] > hi]
   if not above:
-    nxt = max(t["lambda"] for t in trials) * factor
+    nxt = _climb(trials, factor)
+    if nxt is None:
+      return None
   elif not below:
     nxt = min(t["lambda"] for t in trials) / factor
   else:
@@ -224,6 +230,31 @@ def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float
   if any(abs(nxt - t["lambda"]) <= 1e-9 * t["lambda"] for t in trials):
     return None
   return nxt
+
+
+def _climb(trials: Sequence[Mapping[str, float]], factor: float) -> Optional[float]:
+  """All trials below the band: the next λ towards the largest share.
+
+  Ordered by λ: the largest share at the largest λ -> λ grows by `factor` (the
+  share still grows with λ); at the smallest λ -> it shrinks by `factor` (the
+  gate shuts faster than λ grows, as in insertion_sort's reduced-budget search,
+  results/lambda_readings_1500); between two trials -> the share peaks between
+  them: the geometric mean of the best and its farther neighbour in log λ, a
+  bisection of the wider side.  None when both sides are at most half of
+  log(factor) wide: the peak is found, and it lies below the band.
+  """
+  pts = sorted(trials, key=lambda t: t["lambda"])
+  best = max(range(len(pts)), key=lambda i: (pts[i]["share"], -i))
+  if best == len(pts) - 1:
+    return pts[-1]["lambda"] * factor
+  if best == 0:
+    return pts[0]["lambda"] / factor
+  x = math.log(pts[best]["lambda"])
+  left, right = math.log(pts[best - 1]["lambda"]), math.log(pts[best + 1]["lambda"])
+  other = left if x - left >= right - x else right
+  if abs(other - x) <= 0.5 * math.log(factor) * (1 + 1e-9):
+    return None  # each trial costs a run to the calibration step: a √factor grid will do
+  return math.exp(0.5 * (x + other))
 
 
 def closest_trial(trials: Sequence[Mapping[str, float]],

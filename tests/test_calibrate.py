@@ -94,6 +94,32 @@ def test_search_gives_up_cleanly_with_the_closest_trial():
   assert lambda_heuristic.propose_next([{"lambda": 1.0, "share": 0.5}], (0.4, 0.6)) is None
 
 
+def _hump(peak_lambda, top, width=1.0):
+  return lambda lam: top * math.exp(-0.5 * ((math.log(lam) - math.log(peak_lambda)) / width) ** 2)
+
+
+@pytest.mark.parametrize("lambda0", [0.1, 1e-4, 0.01])
+def test_search_climbs_to_the_peak_when_the_share_falls_with_lambda(lambda0):
+  """The gate shuts faster than λ grows past λ = 0.01: the share peaks at 0.3 there,
+  below the band. From either side (or on the peak) the search finds the peak within
+  the trials; growing λ from the right side would only have lowered the share."""
+  share = _hump(0.01, 0.3)
+  trials, chosen, in_band = lambda_heuristic.search(
+      lambda i, lam: {"share": share(lam)}, lambda0, (0.4, 0.6), max_trials=8)
+  assert not in_band and chosen["share"] == max(t["share"] for t in trials)
+  assert chosen["share"] > 0.29 and len(trials) <= 6
+  assert max(t["lambda"] for t in trials) <= max(lambda0, 0.01) * 10
+  lams = [t["lambda"] for t in trials]
+  assert len(set(lams)) == len(lams)
+
+
+def test_search_reaches_the_band_on_the_near_side_of_a_high_peak():
+  share = _hump(0.01, 0.9, width=1.5)
+  trials, chosen, in_band = lambda_heuristic.search(
+      lambda i, lam: {"share": share(lam)}, 1.0, (0.4, 0.6), max_trials=8)
+  assert in_band and 0.4 <= chosen["share"] <= 0.6 and chosen is trials[-1]
+
+
 def test_search_bisects_when_the_secant_step_would_leave_the_bracket():
   trials = [{"lambda": 1.0, "share": 0.1}, {"lambda": 100.0, "share": 0.99999}]
   nxt = lambda_heuristic.propose_next(trials, (0.4, 0.6))
