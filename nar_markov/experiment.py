@@ -68,6 +68,9 @@ class Protocol:
       train_steps x len(algorithms) updates.  'summed': one update per step on
       the sum of the algorithms' losses (the named departure, for comparison).
     eval_every_steps, log_every_steps, checkpoint_every_steps: how often.
+      A run also validates at its last step when that ends its schedule
+      (train_steps == the horizon), not when it stops short of it (a lambda
+      calibration run, which a G-ForgetNet run continues).
     val_max_samples / test_max_samples: evaluate on the first k samples only
       (smoke tests); None = the whole official split.
     val_batch_size / test_batch_size: None (test) picks a size that bounds
