@@ -28,8 +28,8 @@ from nar_markov import quiet
 from nar_markov import runs
 from nar_markov.lambda_heuristic import (
     RECORD_SCHEMA, SETTINGS_KEYS, CalibrationError, LambdaHeuristic, atomic_write_json,
-    check_results_dir, format_records, lambda0_results_dir, load_lambda, measure,
-    read_record, record_heuristic, record_path, search, share_with, trial_results_dir)
+    check_results_dir, continuation_state, format_records, lambda0_results_dir, load_lambda,
+    measure, read_record, record_heuristic, record_path, search, share_with, trial_results_dir)
 
 
 def log(msg: str) -> None:
@@ -148,10 +148,9 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
 
 def _remove_unused_trial_states(record: Dict[str, Any]) -> None:
   """Delete the saved states of the search trials no G-ForgetNet run can continue from
-  (all but each seed's chosen trial whose λ is the record's): one parameter set each."""
+  (all but each seed's `continuation_state`): one parameter set each."""
   for entry in record["seeds"]:
-    keep = entry.get("chosen_state") if math.isclose(
-        entry["lambda"], record["lambda"], rel_tol=1e-12) else None
+    keep = continuation_state(record, entry)
     for t in entry.get("trials", []):
       state = t.get("final_state")
       if state and state != keep:

@@ -412,22 +412,25 @@ def record_heuristic(h: LambdaHeuristic, schedule_steps: int) -> Dict[str, Any]:
   return out
 
 
+def continuation_state(record: Mapping[str, Any], entry: Mapping[str, Any]) -> Optional[str]:
+  """The saved state at the calibration step that G-ForgetNet's run of `entry`'s seed (an
+  item of record["seeds"]) begins with, as the record names it: schedule reading, the
+  λ = 0 run's (no penalty before the switch); constant reading, the chosen search trial's,
+  when its λ is the record's (the median over seeds may be another seed's)."""
+  if record["reading"] == "schedule":
+    return entry.get("final_state")
+  if math.isclose(entry["lambda"], record["lambda"], rel_tol=1e-12):
+    return entry.get("chosen_state")
+  return None
+
+
 def prefix_state(record_info: Mapping[str, Any], seed: int) -> Optional[pathlib.Path]:
-  """The saved state at the calibration step that `seed`'s G-ForgetNet run begins with,
-  if the record has one and it exists: schedule reading, the λ = 0 run's (no penalty
-  before the switch); constant reading, the chosen search trial's, when its λ is the
-  record's (the median over seeds may be another seed's)."""
+  """`continuation_state` of `seed` in the run's record, if it exists."""
   record = read_record(pathlib.Path(record_info["record"]))
   for s in record["seeds"]:
-    if s["seed"] != int(seed):
-      continue
-    if record["reading"] == "schedule":
-      path = s.get("final_state")
-    elif math.isclose(s["lambda"], record["lambda"], rel_tol=1e-12):
-      path = s.get("chosen_state")
-    else:
-      path = None
-    return pathlib.Path(path) if path and pathlib.Path(path).exists() else None
+    if s["seed"] == int(seed):
+      path = continuation_state(record, s)
+      return pathlib.Path(path) if path and pathlib.Path(path).exists() else None
   return None
 
 
