@@ -424,14 +424,34 @@ def continuation_state(record: Mapping[str, Any], entry: Mapping[str, Any]) -> O
   return None
 
 
-def prefix_state(record_info: Mapping[str, Any], seed: int) -> Optional[pathlib.Path]:
-  """`continuation_state` of `seed` in the run's record, if it exists."""
+@dataclasses.dataclass(frozen=True)
+class Continuation:
+  """Where a G-ForgetNet run begins instead of step 0: `state`, saved at `step` by a
+  calibration run of its seed trained with λ = `lam` from step 0."""
+  state: pathlib.Path
+  step: int
+  lam: float
+
+
+def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
+                 penalty_start: int) -> Optional[Continuation]:
+  """The calibration state a run of `seed` (λ = `lam` from `penalty_start`; its λ from
+  the record `record_info` names, load_lambda's info) continues from, or None.
+
+  It continues only where its training up to the calibration step is that run's:
+  schedule reading, penalty off until the calibration step, as in the λ = 0 run;
+  constant reading, penalty on from step 0, as in the chosen trial
+  (continuation_state says which state, and that it exists).
+  """
+  reading, step = record_info["reading"], int(record_info["calibration_step"])
+  if penalty_start != (step if reading == "schedule" else 0):
+    return None
   record = read_record(pathlib.Path(record_info["record"]))
-  for s in record["seeds"]:
-    if s["seed"] == int(seed):
-      path = continuation_state(record, s)
-      return pathlib.Path(path) if path and pathlib.Path(path).exists() else None
-  return None
+  entry = next((s for s in record["seeds"] if s["seed"] == int(seed)), None)
+  path = continuation_state(record, entry) if entry is not None else None
+  if not path or not pathlib.Path(path).exists():
+    return None
+  return Continuation(pathlib.Path(path), step, 0.0 if reading == "schedule" else float(lam))
 
 
 # -- calibrating an algorithm ------------------------------------------------------

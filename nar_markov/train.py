@@ -594,24 +594,19 @@ class _SeedRun:
       self.check_resume(state, self.ckpt_path, self.definitions)
     prefix = None if state is not None else self.calibration_prefix()
     if prefix is not None:
-      task = job.tasks[0]
-      info = task.lambda_info
-      step = int(info["calibration_step"])
-      state = load_checkpoint(prefix)
-      if state is None or state["step"] != step:
-        raise ValueError(f"{prefix} does not hold the state at step {step}")
+      state = load_checkpoint(prefix.state)
+      if state is None or state["step"] != prefix.step:
+        raise ValueError(f"{prefix.state} does not hold the state at step {prefix.step}")
       # A calibration run of this seed, model `calibrate` (nar_markov/calibrate.py):
-      # this run's settings trained to the calibration step, schedule reading with
-      # lambda = 0 (this run has no penalty before the switch), constant reading with
-      # this run's lambda from step 0 (the chosen search trial).
-      lam = 0.0 if info["reading"] == "schedule" else task.lam
-      self.check_resume(state, prefix, [dict(
-          self.definitions[0], model="calibrate", lambda_gate=lam, lambda_reading=None,
-          penalty_start_step=0, settings=dict(task.settings, train_steps=step))])
-      log(f"{self.name}: continuing the calibration run's training (lambda = {lam:.6g} "
-          f"from step 0) at step {step} ({prefix}): the same seed, data, schedule and "
-          "penalty up to there, so the same training")
-      state["continued_from"] = str(prefix)
+      # this run's settings and data trained to the calibration step with prefix.lam.
+      self.check_resume(state, prefix.state, [dict(
+          self.definitions[0], model="calibrate", lambda_gate=prefix.lam,
+          lambda_reading=None, penalty_start_step=0,
+          settings=dict(job.tasks[0].settings, train_steps=prefix.step))])
+      log(f"{self.name}: continuing the calibration run's training (lambda = "
+          f"{prefix.lam:.6g} from step 0) at step {prefix.step} ({prefix.state}): the "
+          "same seed, data, schedule and penalty up to there, so the same training")
+      state["continued_from"] = str(prefix.state)
     if state is not None:
       for stream, stream_state in zip(self.streams, state["streams"]):
         stream.load_state_dict(stream_state)
@@ -666,18 +661,19 @@ class _SeedRun:
           + ". The checkpoint is kept (not resumed, not overwritten): use another "
           "results_dir, or move it aside to train this run from step 0")
 
-  def calibration_prefix(self) -> Optional[pathlib.Path]:
-    """The calibration run of this seed saved at the calibration step, which is this
-    run's training up to there (lambda_heuristic.prefix_state says which run)."""
+  def calibration_prefix(self) -> Optional[lambda_heuristic.Continuation]:
+    """The calibration run's saved state this seed's training continues from, if any
+    (single-task G-ForgetNet with its λ from a calibration record; which state:
+    lambda_heuristic.continuation)."""
     if len(self.job.tasks) != 1:
       return None
-    info = self.job.tasks[0].lambda_info
+    task = self.job.tasks[0]
+    info = task.lambda_info
     if (not info or info.get("source") != "calibration record"
-        or not info.get("reuse_calibration_prefix")
-        or self.job.tasks[0].penalty_start != (info["calibration_step"]
-                                               if info.get("reading") == "schedule" else 0)):
+        or not info.get("reuse_calibration_prefix")):
       return None
-    return lambda_heuristic.prefix_state(info, self.seed)
+    return lambda_heuristic.continuation(info, self.seed, lam=task.lam,
+                                         penalty_start=task.penalty_start)
 
   def evaluate(self, params, step_now: int) -> float:
     """Validate on every algorithm's pool; returns the mean score (selection)."""

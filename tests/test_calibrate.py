@@ -228,6 +228,35 @@ def test_constant_search_resumes_where_it_was_killed(tmp_path, fake, monkeypatch
   assert calibrate.calibrate_algorithm("bfs", fresh, h)["lambda"] == record["lambda"]
 
 
+@pytest.mark.parametrize("reading", ["schedule", "constant"])
+def test_continuation_names_the_state_step_and_lambda_of_the_prefix(tmp_path, reading):
+  """Which saved state a run continues from, and with what it was trained: schedule,
+  the λ = 0 run's, only for a run whose penalty starts at the switch; constant, the
+  chosen trial's, only for a run penalised from step 0 with the record's λ."""
+  state = tmp_path / "state.npz"
+  state.write_bytes(b"")
+  lam, step = 0.25, 12
+  entry = {"seed": 0, "lambda": lam, "final_state": str(state), "chosen_state": str(state)}
+  record = {"schema": lambda_heuristic.RECORD_SCHEMA, "algorithm": "insertion_sort",
+            "reading": reading, "lambda": lam, "calibration_step": step, "settings": {},
+            "seeds": [entry]}
+  path = tmp_path / "record.json"
+  path.write_text(json.dumps(record))
+  info = {"record": str(path), "reading": reading, "calibration_step": step}
+  start = step if reading == "schedule" else 0
+  got = lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start)
+  assert got == lambda_heuristic.Continuation(
+      state, step, 0.0 if reading == "schedule" else lam)
+  assert lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=step - start) is None
+  assert lambda_heuristic.continuation(info, 1, lam=lam, penalty_start=start) is None
+  if reading == "constant":  # another seed's λ is the median: its trial is not this run
+    path.write_text(json.dumps(dict(record, seeds=[dict(entry, **{"lambda": 2 * lam})])))
+    assert lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start) is None
+    path.write_text(json.dumps(record))
+  state.unlink()
+  assert lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start) is None
+
+
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"schema": "other"}'])
 def test_a_corrupt_record_is_a_clear_error_and_is_not_overwritten(tmp_path, fake, content):
   path = lambda_heuristic.record_path(tmp_path, "schedule", "bfs")
