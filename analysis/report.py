@@ -9,6 +9,7 @@ diverged runs and training steps (`steps` trained / `train_steps` configured, fr
 behind our number. The lambda calibration runs are not results and are not reported here.
 """
 
+import json
 import math
 
 import numpy as np
@@ -112,15 +113,44 @@ def _lambda_lines(lambdas):
   for (model, algorithm), g in lambdas.groupby(["model", "algorithm"], sort=False):
     values = sorted({float(x) for x in g["lambda_gate"].dropna()})
     readings = sorted({x for x in g["lambda_reading"] if x})
-    calibrations = sorted({x for x in g["lambda_calibration"] if x})
     lines.append(
       f"| `{model}` | {categories.plain_name(algorithm)} | "
       + (", ".join(f"{v:.4g}" for v in values) or tables.MISSING)
       + f" | {', '.join(readings)} | "
-      + "; ".join(f"`{c}`" for c in calibrations)
+      + calibration_summary(g["lambda_calibration"])
       + f" | {len(g)} |"
     )
   return lines
+
+
+def calibration_summary(calibrations):
+  """The calibration cell of the λ table: where λ came from, in words, once per distinct
+  provenance (the runs of one algorithm share it), and how many runs continued from the
+  calibration's own training prefix. The whole dict, with its paths, stays in lambdas.csv."""
+  infos = [json.loads(c) for c in calibrations if c]
+  if not infos:
+    return ""
+  phrases = sorted({_provenance_phrase(info) for info in infos})
+  continued = sum(1 for info in infos if info.get("continued_from"))
+  if continued:
+    phrases.append(f"{continued} of {len(infos)} runs continued from the calibration's state")
+  return "; ".join(phrases)
+
+
+def _provenance_phrase(info):
+  """One run's λ provenance (result.json's lambda_calibration) as a short phrase."""
+  parts = [str(info.get("source") or "unknown source")]
+  if info.get("status"):
+    parts[0] += f" (status `{info['status']}`)"
+  share, step = info.get("share"), info.get("calibration_step")
+  if share is not None and step is not None:
+    parts.append(f"penalty share {share:.3g} at step {int(step):,}")
+  if info.get("seeds"):
+    parts.append("calibrated on seed" + ("s " if len(info["seeds"]) > 1 else " ")
+                 + ", ".join(str(s) for s in info["seeds"]))
+  if info.get("penalty_start_step") is not None:
+    parts.append(f"penalty from step {int(info['penalty_start_step']):,}")
+  return ", ".join(parts)
 
 
 def reproduction_markdown(

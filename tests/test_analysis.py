@@ -1020,3 +1020,22 @@ def test_test_curve_reports_what_each_selection_rule_would_keep(tmp_path, capsys
   with pytest.raises(SystemExit):
     test_curve.main(["--run", f"x={path}", "--out", str(tmp_path / "fig2")])
   assert "no test curve" in capsys.readouterr().err
+
+
+def test_lambda_table_says_where_lambda_came_from_in_words():
+  """The λ table's calibration cell: one phrase per provenance (the three seeds of a calibrated
+  algorithm collapse to one), a count of the runs that continued from the calibration's state,
+  no file paths (those stay in lambdas.csv)."""
+  record = {"source": "calibration record", "record": "/abs/_calibration/schedule/bfs.json",
+            "reading": "schedule", "status": "done", "share": 0.5, "calibration_step": 6000,
+            "seeds": [0, 1, 2], "penalty_start_step": 6000, "created": "2026-11-23T03:26:24"}
+  runs = [json.dumps(dict(record, continued_from=f"/abs/seed{s}/final_state.pkl"))
+          for s in (0, 1)] + [json.dumps(record), ""]
+  cell = report.calibration_summary(runs)
+  assert cell == ("calibration record (status `done`), penalty share 0.5 at step 6,000, "
+                  "calibrated on seeds 0, 1, 2, penalty from step 6,000; "
+                  "2 of 3 runs continued from the calibration's state")
+  assert "/abs" not in cell
+  by_hand = json.dumps({"source": "bound by hand", "lambda": 0.1, "penalty_start_step": 0})
+  assert report.calibration_summary([by_hand]) == "bound by hand, penalty from step 0"
+  assert report.calibration_summary(["", ""]) == ""
