@@ -27,7 +27,7 @@ from nar_markov import experiment
 from nar_markov import quiet
 from nar_markov import runs
 from nar_markov.lambda_heuristic import (
-    RECORD_SCHEMA, SETTINGS_KEYS, CalibrationError, LambdaHeuristic, atomic_write_json,
+    RECORD_SCHEMA, CalibrationError, LambdaHeuristic, atomic_write_json,
     check_results_dir, continuation_state, format_records, lambda0_results_dir, load_lambda,
     measure, read_record, record_heuristic, record_path, search, share_with, trial_results_dir)
 
@@ -55,9 +55,11 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
                                          if v is not None})
   net = dataclasses.replace(components["net"], history="gated")
   protocol = components["protocol"]
-  settings = experiment.run_settings_from_gin(algorithm, net=net, protocol=protocol)
+  settings = experiment.record_settings(
+      experiment.run_settings_from_gin(algorithm, net=net, protocol=protocol))
   schedule_steps = settings["schedule_steps"]
-  path = record_path(results_dir, h.reading, algorithm)
+  scope = net.history_scope
+  path = record_path(results_dir, h.reading, algorithm, scope)
   existing = read_record(path)
   if existing is not None:
     load_lambda(results_dir, algorithm, h, settings)  # raises if other settings
@@ -72,7 +74,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
       f"{schedule_steps}, window {window} steps, seeds {list(h.seeds)}")
   per_seed = []
   for seed in h.seeds:
-    base_dir = lambda0_results_dir(results_dir)
+    base_dir = lambda0_results_dir(results_dir, scope)
     base = experiment.run_experiment(seed=seed, results_dir=str(base_dir),
                                 penalty=experiment.GatePenalty(0.0, start_step=0),
                                 save_final_state=True, **common)
@@ -88,7 +90,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
       entry["lambda"] = entry["lambda0"]
     else:
       def run_trial(i, lam, seed=seed):
-        trial_dir = trial_results_dir(results_dir, algorithm, seed, i)
+        trial_dir = trial_results_dir(results_dir, algorithm, seed, i, scope)
         res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
                                    penalty=experiment.GatePenalty(lam, start_step=0),
                                    save_final_state=True, **common)
@@ -135,7 +137,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
       "schema": RECORD_SCHEMA, "algorithm": algorithm, "lambda": lam, "status": status,
       **record_heuristic(h, schedule_steps),
       "share": float(statistics.median(shares)),
-      "settings": {k: settings[k] for k in SETTINGS_KEYS if k in settings},
+      "settings": settings,
       "seeds": per_seed,
       "created": datetime.datetime.now().isoformat(timespec="seconds"),
   }
@@ -163,8 +165,9 @@ def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
   from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
   config_lib.parse_gin(gin_files, gin_params)
   h = LambdaHeuristic()
-  calibrate_algorithm(algorithm, results_dir, h)
-  return str(record_path(results_dir, h.reading, algorithm))
+  record = calibrate_algorithm(algorithm, results_dir, h)
+  return str(record_path(results_dir, h.reading, algorithm,
+                         record["settings"].get("history_scope")))
 
 
 def main(argv=None) -> int:

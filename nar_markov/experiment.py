@@ -143,9 +143,27 @@ class GatePenalty:
     reading says (`LambdaHeuristic.reading`: schedule -> the calibration step,
     constant -> 0); an int: from that step, with `lambda_gate` given (the
     calibration's own runs: 0).  Multi-task runs: always 0.
+
+  How strong the penalty is once on (the defaults are the paper's heuristic as
+  written: lambda constant from the start step on):
+  lambda_scale: lambda is this multiple of the calibrated (or bound) value.
+  ramp_steps: 0, a step switch at start_step; N > 0, lambda grows linearly
+    from lambda / N at start_step to its full value N steps later.
+  adaptive_every_steps: None, lambda constant; N, lambda is measured again
+    every N steps after start_step as lambda_scale * L / G over those N steps
+    (L the task loss, G the gate term), so that the penalty stays about half of
+    the loss as the gate closes -- one reading of "approximately half of the
+    total training loss after 6,000 steps".  A multiple of
+    Protocol.log_every_steps (measured from the logged losses).
+  adaptive_max_scale: the adaptive lambda stays <= this multiple of the
+    lambda it started from (G -> 0 would otherwise send it to infinity).
   """
   lambda_gate: Union[None, float, Mapping[str, float]] = None
   start_step: Optional[int] = None
+  lambda_scale: float = 1.0
+  ramp_steps: int = 0
+  adaptive_every_steps: Optional[int] = None
+  adaptive_max_scale: float = 100.0
 
   def __post_init__(self):
     if self.start_step is not None:
@@ -154,6 +172,22 @@ class GatePenalty:
       if self.lambda_gate is None:
         raise ValueError("GatePenalty.start_step is set: give lambda_gate too "
                          "(the calibration record is read only with start_step None)")
+    if not (math.isfinite(float(self.lambda_scale)) and float(self.lambda_scale) > 0):
+      raise ValueError(f"GatePenalty.lambda_scale must be > 0, got {self.lambda_scale!r}")
+    if isinstance(self.ramp_steps, bool) or int(self.ramp_steps) < 0:
+      raise ValueError(f"GatePenalty.ramp_steps must be an int >= 0, got {self.ramp_steps!r}")
+    if self.adaptive_every_steps is not None and (
+        isinstance(self.adaptive_every_steps, bool) or int(self.adaptive_every_steps) <= 0):
+      raise ValueError("GatePenalty.adaptive_every_steps must be None or an int > 0, "
+                       f"got {self.adaptive_every_steps!r}")
+    if not float(self.adaptive_max_scale) >= 1:
+      raise ValueError(f"GatePenalty.adaptive_max_scale must be >= 1, "
+                       f"got {self.adaptive_max_scale!r}")
+
+  @property
+  def acts_from_start_only(self) -> bool:
+    """Whether lambda is one constant value from start_step on (no ramp, no adaptation)."""
+    return int(self.ramp_steps) == 0 and self.adaptive_every_steps is None
 
 
 # The paper's labels (the tables' columns, analysis/labels.py): what a run under
@@ -207,6 +241,16 @@ def resolve_lambda(penalty: Optional[GatePenalty], algorithm: str, *, results_di
   """
   if penalty is None:
     return 0.0, 0, None
+  lam, start, info = _resolve_unscaled(penalty, algorithm, results_dir, heuristic, settings)
+  scale = float(penalty.lambda_scale)
+  if scale != 1.0:
+    info = dict(info, lambda_scale=scale, lambda_unscaled=lam)
+  return _check_lambda(scale * lam), start, info
+
+
+def _resolve_unscaled(penalty: GatePenalty, algorithm: str, results_dir, heuristic,
+                      settings) -> Tuple[float, int, Dict[str, Any]]:
+  """resolve_lambda before GatePenalty.lambda_scale."""
   if penalty.start_step is not None:
     lam = _lambda_of(penalty.lambda_gate, algorithm)
     return lam, int(penalty.start_step), {
@@ -219,7 +263,8 @@ def resolve_lambda(penalty: Optional[GatePenalty], algorithm: str, *, results_di
     if results_dir is None or settings is None:
       raise ValueError("GatePenalty.lambda_gate is None (read it from the calibration "
                        "record) but no results_dir/settings to find the record with")
-    lam, provenance = lambda_heuristic.load_lambda(results_dir, algorithm, h, settings)
+    lam, provenance = lambda_heuristic.load_lambda(results_dir, algorithm, h,
+                                                   record_settings(settings))
     return _check_lambda(lam), start, {
         **provenance, **info, "reuse_calibration_prefix": h.reuse_calibration_prefix}
   lam = _lambda_of(penalty.lambda_gate, algorithm)
@@ -248,29 +293,60 @@ def _check_lambda(value) -> float:
   return lam
 
 
-# What defines a run's training, beside its algorithm and seed (result.json
-# "settings"; what a calibration record must agree on, nar_markov/lambda_heuristic.py):
-# these fields of the Protocol and of the NetConfig.
-_PROTOCOL_SETTINGS = ("train_steps", "batch_size", "learning_rate", "grad_clip_max_norm",
-                      "schedule_steps", "train_lengths")
-_NET_SETTINGS = ("hidden_size", "processor", "nb_triplet_fts", "gate_mlp_layers",
-                 "gate_bias_init")
+# What defines a run, beside its algorithm, seed and lambda (result.json "settings";
+# what a result or checkpoint must agree on to count as the same run): every field of
+# the settings objects below, except those that cannot change a recorded number --
+# the checkpoint cadence (a resumed run is the same run, to the byte), the diagnostic
+# test curve (never selects), the multi-task update rule (recorded for multi-task
+# runs only), and the history policy and GatePenalty's lambda and start step (the
+# definition's own keys, run_definition).
+_SETTINGS_OF = {"Protocol": Protocol, "NetConfig": NetConfig, "GatePenalty": GatePenalty}
+_NOT_DEFINING = {"checkpoint_every_steps", "test_every_steps", "multitask_update",
+                 "lambda_gate", "start_step", "history"}
+# Always in "settings", default or not (what results have recorded from the start);
+# any other defining field is recorded only where it differs from its default, so a
+# result recorded before that field existed reads as the default.
+ALWAYS_RECORDED = ("train_steps", "batch_size", "learning_rate", "grad_clip_max_norm",
+                   "schedule_steps", "train_lengths", "hidden_size", "processor",
+                   "nb_triplet_fts", "gate_mlp_layers", "gate_bias_init")
+# GatePenalty's fields: how strong the penalty is once on, not what is calibrated.
+PENALTY_SETTINGS = tuple(f.name for f in dataclasses.fields(GatePenalty)
+                         if f.name not in _NOT_DEFINING)
+
+
+def defining_fields() -> Dict[str, Tuple[str, ...]]:
+  """Settings object -> its fields that define a run (the complement of _NOT_DEFINING)."""
+  return {name: tuple(f.name for f in dataclasses.fields(cls) if f.name not in _NOT_DEFINING)
+          for name, cls in _SETTINGS_OF.items()}
 
 
 def run_settings(algorithm: str, protocol: Protocol, net: NetConfig,
-                 train_lengths: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+                 train_lengths: Optional[Sequence[int]] = None,
+                 penalty: Optional[GatePenalty] = None) -> Dict[str, Any]:
   """The defining settings of a run of `algorithm` (train_lengths: its own,
   else the protocol's, which must then be one list)."""
   out = {"algorithm": algorithm}
-  out.update({k: getattr(protocol, k) for k in _PROTOCOL_SETTINGS})
-  out.update({k: getattr(net, k) for k in _NET_SETTINGS})
+  for obj in (protocol, net, penalty if penalty is not None else GatePenalty(0.0)):
+    for f in dataclasses.fields(obj):
+      value = getattr(obj, f.name)
+      if f.name not in _NOT_DEFINING and (f.name in ALWAYS_RECORDED or not runs.same_value(
+          value, f.default)):
+        out[f.name] = value
   if train_lengths is not None:
     out["train_lengths"] = train_lengths
   out["schedule_steps"] = protocol.horizon
   out["train_lengths"] = [int(n) for n in clrs30.train_lengths(algorithm, out["train_lengths"])]
-  for key in ("learning_rate", "grad_clip_max_norm", "gate_bias_init"):
-    out[key] = float(out[key])
+  for key in ("learning_rate", "grad_clip_max_norm", "gate_bias_init", "lambda_scale",
+              "adaptive_max_scale"):
+    if key in out:
+      out[key] = float(out[key])
   return out
+
+
+def record_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
+  """What a lambda calibration record keeps of a run's settings
+  (lambda_heuristic.record_settings): not the penalty's strength once on."""
+  return lambda_heuristic.record_settings(settings, exclude=PENALTY_SETTINGS)
 
 
 def configured(**given) -> Dict[str, Any]:
@@ -298,19 +374,20 @@ def run_settings_from_gin(algorithm: str, **given) -> Dict[str, Any]:
   """`run_settings` of `algorithm` with the components gin (parsed) would use."""
   c = configured(**given)
   lengths = resolve_train_lengths(c["protocol"].train_lengths, algorithm)
-  return run_settings(algorithm, c["protocol"], c["net"], lengths)
+  return run_settings(algorithm, c["protocol"], c["net"], lengths, c["penalty"])
 
 
 def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
                    lam: Optional[float], penalty_start: int,
-                   lambda_info: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-  """What defines a run (without its seed): the model label, the settings and
-  lambda -- its value (None: not known yet, not compared), the heuristic's
-  reading and the first penalised step.  result.json holds each of these keys;
-  checkpoints keep the dict (key "definition").  A G-ForgetNet run whose
+                   lambda_info: Optional[Mapping[str, Any]], history: str) -> Dict[str, Any]:
+  """What defines a run (without its seed): the model label, its history policy, the
+  settings and lambda -- its value (None: not known yet, not compared), the
+  heuristic's reading and the first penalised step.  result.json holds each of these
+  keys; checkpoints keep the dict (key "definition").  A G-ForgetNet run whose
   lambda came from a calibration record is defined by the record's lambda.
   Compared by nar_markov.runs.check_result / definition_mismatch."""
-  out = {"model": model, "algorithm": algorithm, "settings": dict(settings),
+  out = {"model": model, "algorithm": algorithm, "history": history,
+         "settings": dict(settings),
          "lambda_reading": (lambda_info or {}).get("reading"),
          "penalty_start_step": int(penalty_start)}
   if lam is not None:
@@ -339,7 +416,7 @@ def run_definition_from_gin(algorithm: str, results_dir,
   except lambda_heuristic.CalibrationError:
     h = lambda_heuristic.LambdaHeuristic()
     lam, start, info = None, h.penalty_start(settings["schedule_steps"]), {"reading": h.reading}
-  return run_definition(model, algorithm, settings, lam, start, info)
+  return run_definition(model, algorithm, settings, lam, start, info, c["net"].history)
 
 
 def needs_calibration(penalty: Optional[GatePenalty]) -> bool:
@@ -421,7 +498,9 @@ class _Task:
   lam: float
   penalty_start: int                  # first step whose loss has lam * G
   lambda_info: Optional[Dict[str, Any]]  # result.json's lambda_calibration
+  penalty: Optional[GatePenalty]      # its ramp and adaptation (None: no penalty)
   settings: Dict[str, Any]            # run_settings: result.json's settings
+  calibration_settings: Dict[str, Any]  # record_settings: what its calibration had
   definition: Dict[str, Any]          # run_definition: what a checkpoint must agree on
   test: Any = None
   test_batch_size: int = 32
@@ -443,18 +522,21 @@ def _make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePen
   tasks = []
   for k, alg in enumerate(algorithms):
     lengths = resolve_train_lengths(protocol.train_lengths, alg)
-    settings = run_settings(alg, protocol, net, lengths)
+    settings = run_settings(alg, protocol, net, lengths, penalty)
     if multitask:
       settings.update(multitask_algorithms=list(algorithms),
                       multitask_update=protocol.multitask_update)
-      lam = 0.0 if penalty is None else _lambda_of(penalty.lambda_gate, alg)
+      lam = 0.0 if penalty is None else _check_lambda(
+          penalty.lambda_scale * _lambda_of(penalty.lambda_gate, alg))
       start, info = 0, None
     else:
       lam, start, info = resolve_lambda(penalty, alg, results_dir=results_dir,
                                         settings=settings)
     tasks.append(_Task(index=k, algorithm=alg, lengths=lengths, lam=lam,
-                       penalty_start=start, lambda_info=info, settings=settings,
-                       definition=run_definition(model, alg, settings, lam, start, info)))
+                       penalty_start=start, lambda_info=info, penalty=penalty,
+                       settings=settings, calibration_settings=record_settings(settings),
+                       definition=run_definition(model, alg, settings, lam, start, info,
+                                                  net.history)))
   return tasks
 
 

@@ -207,9 +207,12 @@ class TripletGMPNN(hk.Module):
     self.nb_triplet_fts = nb_triplet_fts
     self.use_ln = use_ln
 
-  def __call__(self, node_fts, edges: EdgeFts, graph_fts, hidden):
+  def __call__(self, node_fts, edges: EdgeFts, graph_fts, hidden, residual=None):
+    """`residual` (default `hidden`): what the update gate keeps, ret * u +
+    residual * (1 - u) (NetConfig.history_scope)."""
     h = self.out_size
     edge_width = edges.b.shape[0]
+    residual = hidden if residual is None else residual
     z = jnp.concatenate([node_fts, hidden], axis=-1)
     m_1, m_2, m_e, m_g = (hk.Linear(h) for _ in range(4))
     o1, o2 = hk.Linear(h), hk.Linear(h)
@@ -253,7 +256,7 @@ class TripletGMPNN(hk.Module):
     gate3 = hk.Linear(h, b_init=hk.initializers.Constant(-3))
     gate = jax.nn.sigmoid(on_rows(gate3, jax.nn.relu(
         on_rows(gate1, z) + on_rows(gate2, msgs))))
-    ret = ret * gate + hidden * (1 - gate)
+    ret = ret * gate + residual * (1 - gate)
     return ret, tri_msgs
 
 
@@ -473,23 +476,18 @@ class FastNet(model_lib.Net):
     enc = encode(encs, hint_dps, start, nb_nodes)
     edges = edge_fts_of(enc.edge_terms, batch_size, nb_nodes, cfg.hidden_size)
     # HISTORY (the only place where the three models differ)
-    history, gate = self._history(enc.node_fts, hidden)
+    seen = self._history(enc.node_fts, hidden)
     # PROCESS
-    nxt_hidden = history
-    tri_msgs = None
-    for _ in range(cfg.nb_msg_passing_steps):
+    nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
+                                     seen.processor, seen.residual)
+    for _ in range(cfg.nb_msg_passing_steps - 1):
       nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
                                        nxt_hidden)
     # DECODE hints now; outputs only at each trajectory's last step.
-    h_t = jnp.concatenate([enc.node_fts, history, nxt_hidden], axis=-1)
+    h_t = jnp.concatenate([enc.node_fts, seen.decoder, nxt_hidden], axis=-1)
     dec_in = DecoderInputs(h_t, edges.x, tri_msgs, enc.graph_fts, enc.adj_mat)
     hint_preds = decode(decs, spec, hint_names, dec_in, edges, repred)
-    if gate is None:
-      gate_sum = jnp.zeros((batch_size,))
-    else:
-      gate_sum = jnp.sum(model_lib.safe_norm(gate), axis=-1)  # Eq. 6 term
-    history_norm = jnp.mean(
-        jnp.linalg.norm(history, axis=-1), axis=-1) / np.sqrt(cfg.hidden_size)
+    gate_sum, history_norm = seen.stats()
     return nxt_hidden, hint_preds, dec_in, edges, gate_sum, history_norm
 
   def __call__(self, features, algorithm_index: int, repred: bool,

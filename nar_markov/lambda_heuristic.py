@@ -76,11 +76,10 @@ from nar_markov import runs
 READINGS = ("schedule", "constant")
 RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
 CALIBRATION_DIR = "_calibration"
-# What a record must agree on with the run that uses it (experiment.run_settings).
-# train_steps is not among them: the calibration trains to the switch only.
-SETTINGS_KEYS = ("algorithm", "hidden_size", "batch_size", "learning_rate",
-                 "grad_clip_max_norm", "schedule_steps", "train_lengths",
-                 "processor", "nb_triplet_fts", "gate_mlp_layers", "gate_bias_init")
+# The net's history scope a record was made under names its folder, so that records
+# (and λ = 0 runs) of several scopes can share a results folder; the default scope's
+# are where they have always been.
+DEFAULT_SCOPE = "processor_decoder"
 
 
 class CalibrationError(ValueError):
@@ -298,19 +297,27 @@ def calibration_root(results_dir) -> pathlib.Path:
   return pathlib.Path(results_dir) / CALIBRATION_DIR
 
 
-def record_path(results_dir, reading: str, algorithm: str) -> pathlib.Path:
+def _scoped(name: str, scope: Optional[str]) -> str:
+  return name if scope in (None, DEFAULT_SCOPE) else f"{name}-{scope}"
+
+
+def record_path(results_dir, reading: str, algorithm: str,
+                scope: Optional[str] = None) -> pathlib.Path:
+  """The record of `algorithm` under `reading`, for nets of history scope `scope`
+  (NetConfig.history_scope; None: the default)."""
   if reading not in READINGS:
     raise ValueError(f"unknown λ reading {reading!r}; valid: {READINGS}")
-  return calibration_root(results_dir) / reading / f"{algorithm}.json"
+  return calibration_root(results_dir) / _scoped(reading, scope) / f"{algorithm}.json"
 
 
-def lambda0_results_dir(results_dir) -> pathlib.Path:
+def lambda0_results_dir(results_dir, scope: Optional[str] = None) -> pathlib.Path:
   """Where the λ = 0 calibration runs live (shared by both readings)."""
-  return calibration_root(results_dir) / "runs" / "lambda0"
+  return calibration_root(results_dir) / "runs" / _scoped("lambda0", scope)
 
 
-def trial_results_dir(results_dir, algorithm: str, seed: int, trial: int) -> pathlib.Path:
-  return (calibration_root(results_dir) / "runs" / "constant" / algorithm
+def trial_results_dir(results_dir, algorithm: str, seed: int, trial: int,
+                      scope: Optional[str] = None) -> pathlib.Path:
+  return (calibration_root(results_dir) / "runs" / _scoped("constant", scope) / algorithm
           / f"seed{int(seed)}" / f"trial{int(trial)}")
 
 
@@ -358,14 +365,19 @@ def read_record(path: pathlib.Path) -> Optional[Dict[str, Any]]:
   return record
 
 
+def record_settings(settings: Mapping[str, Any], exclude: Sequence[str] = ()) -> Dict[str, Any]:
+  """What a record keeps of a run's settings, and must agree on with every run that
+  uses it: all but the run's length (the calibration trains to the switch only) and
+  `exclude` (experiment.record_settings: the penalty's strength once on)."""
+  return {k: v for k, v in settings.items() if k != "train_steps" and k not in exclude}
+
+
 def settings_mismatch(record: Mapping[str, Any], settings: Mapping[str, Any]) -> List[str]:
-  """'key: record vs run' for each defining setting that differs."""
-  theirs = record.get("settings", {})
-  out = []
-  for key in SETTINGS_KEYS:
-    if key in settings and runs.normalize(theirs.get(key)) != runs.normalize(settings[key]):
-      out.append(f"{key}: record {theirs.get(key)!r} vs run {settings[key]!r}")
-  return out
+  """'key: record vs run' for each setting that differs (`settings`: record_settings
+  of the run's; keys of either side, a missing one is a default:
+  runs.definition_mismatch)."""
+  return [f"{key}: record {theirs!r} vs run {ours!r}" for key, theirs, ours in
+          runs.definition_mismatch(record, {"settings": record_settings(settings)})]
 
 
 def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
@@ -376,7 +388,7 @@ def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
   is unreadable, or it was made with other settings or another calibration
   heuristic (reading, step, seeds).
   """
-  path = record_path(results_dir, heuristic.reading, algorithm)
+  path = record_path(results_dir, heuristic.reading, algorithm, settings.get("history_scope"))
   record = read_record(path)
   if record is None:
     raise CalibrationError(
@@ -434,19 +446,23 @@ class Continuation:
 
 
 def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
-                 penalty_start: int) -> Optional[Continuation]:
+                 penalty_start: int, lambda_constant: bool = True) -> Optional[Continuation]:
   """The calibration state a run of `seed` (λ = `lam` from `penalty_start`; its λ from
   the record `record_info` names, load_lambda's info) continues from, or None.
 
   It continues only where its training up to the calibration step is that run's:
   schedule reading, penalty off until the calibration step, as in the λ = 0 run;
-  constant reading, penalty on from step 0, as in the chosen trial
+  constant reading, penalty on from step 0 with the record's λ, one value
+  throughout (`lambda_constant`: no ramp, no adaptation), as in the chosen trial
   (continuation_state says which state, and that it exists).
   """
   reading, step = record_info["reading"], int(record_info["calibration_step"])
   if penalty_start != (step if reading == "schedule" else 0):
     return None
   record = read_record(pathlib.Path(record_info["record"]))
+  if reading == "constant" and not (
+      lambda_constant and math.isclose(lam, record["lambda"], rel_tol=1e-12)):
+    return None
   entry = next((s for s in record["seeds"] if s["seed"] == int(seed)), None)
   path = continuation_state(record, entry) if entry is not None else None
   if not path or not pathlib.Path(path).exists():
@@ -458,14 +474,18 @@ def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
 
 
 def read_records(results_dir) -> Dict[Tuple[str, str], Any]:
-  """(reading, algorithm) -> record, or the CalibrationError of an unusable one."""
+  """(reading, algorithm) -> record, or the CalibrationError of an unusable one; the
+  reading is `<reading>-<scope>` for a net of another history scope than the default."""
   out = {}
-  for reading in READINGS:
-    for path in sorted((calibration_root(results_dir) / reading).glob("*.json")):
+  root = calibration_root(results_dir)
+  folders = [root / r for r in READINGS] + sorted(
+      p for r in READINGS for p in root.glob(f"{r}-*") if p.is_dir())
+  for folder in folders:
+    for path in sorted(folder.glob("*.json")):
       try:
-        out[(reading, path.stem)] = read_record(path)
+        out[(folder.name, path.stem)] = read_record(path)
       except CalibrationError as e:
-        out[(reading, path.stem)] = e
+        out[(folder.name, path.stem)] = e
   return out
 
 

@@ -11,10 +11,11 @@ step t:
 In dm-clrs's ``nets.Net`` the previous embedding enters in three places: the
 processor input ``z = [node_fts, hidden]``, the Triplet-GMPNN update-gate
 residual ``ret * gate + hidden * (1 - gate)`` and the decoder input
-``[node_fts, hidden, nxt_hidden]``.  We compute the history once per step
-(`_history`) and hand that single value to all three, so ForgetNet's net is
-exactly independent of h(t-1) (tested: perturbing it changes nothing and its
-gradient is zero).
+``[node_fts, hidden, nxt_hidden]``.  The history is computed once per step
+(`_history`); `NetConfig.history_scope` says which of the three receive it
+(`scoped_history`), the others the raw h(t-1).  With the default scope, all
+three, ForgetNet's net is exactly independent of h(t-1) (tested: perturbing it
+changes nothing and its gradient is zero).
 
 Everything the paper does not change is dm-clrs's own: encoders, decoders,
 the Triplet-GMPNN processor, soft hint re-prediction and the output/hint
@@ -26,7 +27,7 @@ hints, in training and at evaluation.
 from __future__ import annotations
 
 import functools
-from typing import Dict, Mapping, NamedTuple, Optional, Sequence
+from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import chex
 import haiku as hk
@@ -111,6 +112,61 @@ class HistoryGate(hk.Module):
     return jax.nn.sigmoid(logits)
 
 
+class ScopedHistory(NamedTuple):
+  """What each consumer of h(t-1) sees at one step (NetConfig.history_scope)."""
+  processor: chex.Array   # the processor input z = [x(t), processor]
+  residual: chex.Array    # the processor's update residual (1 - u) * residual
+  decoder: chex.Array     # the decoder input [x(t), decoder, h(t)]
+  gate: Optional[chex.Array]  # g(t), G-ForgetNet only
+
+  def stats(self) -> Tuple[chex.Array, chex.Array]:
+    """[B] each: sum_i ||g_i(t)|| (Eq. 6's term; 0 without a gate) and the history
+    norm mean_i ||history_i|| / sqrt(d) of what the processor input receives."""
+    batch_size, _, hidden_size = self.processor.shape
+    if self.gate is None:
+      gate_sum = jnp.zeros((batch_size,))
+    else:
+      gate_sum = jnp.sum(safe_norm(self.gate), axis=-1)
+    history_norm = jnp.mean(jnp.linalg.norm(self.processor, axis=-1),
+                            axis=-1) / np.sqrt(hidden_size)
+    return gate_sum, history_norm
+
+
+def scoped_history(scope: str, history: chex.Array, hidden: chex.Array,
+                   gate: Optional[chex.Array]) -> ScopedHistory:
+  """The history where `scope` applies it, the raw h(t-1) elsewhere."""
+  residual = hidden if scope == "processor_input" else history
+  decoder = history if scope == "processor_decoder" else hidden
+  return ScopedHistory(history, residual, decoder, gate)
+
+
+def _process_with_residual(processor, seen: ScopedHistory, node_fts, edge_fts, graph_fts,
+                           adj_mat, **kwargs):
+  """dm-clrs's processor on z = [x(t), seen.processor], with `seen.residual` in its
+  update residual ret * u + residual * (1 - u).
+
+  dm-clrs's processor takes one `hidden` for both; it runs as it is, and where the
+  residual differs (scope 'processor_input') the difference is added:
+  out + (residual - hidden) * (1 - u), with u = sigmoid(gate3(.)) intercepted --
+  gate3 is the last Linear a gated dm-clrs processor calls.
+  """
+  hidden = seen.processor
+  if seen.residual is hidden or not getattr(processor, "gated", False):
+    return processor(node_fts, edge_fts, graph_fts, adj_mat, hidden, **kwargs)
+  linear_outputs = []
+
+  def record(next_f, args, kwargs_, context):
+    out = next_f(*args, **kwargs_)
+    if isinstance(context.module, hk.Linear) and context.method_name == "__call__":
+      linear_outputs.append(out)
+    return out
+
+  with hk.intercept_methods(record):
+    out, tri_msgs = processor(node_fts, edge_fts, graph_fts, adj_mat, hidden, **kwargs)
+  update_gate = jax.nn.sigmoid(linear_outputs[-1])
+  return out + (seen.residual - hidden) * (1.0 - update_gate), tri_msgs
+
+
 class Net(hk.Module):
   """dm-clrs's encode-process-decode net with one history policy.
 
@@ -165,16 +221,19 @@ class Net(hk.Module):
       graph_fts = encoders.accum_graph_fts(encoder, dp, graph_fts)
     return node_fts, edge_fts, graph_fts, adj_mat
 
-  def _history(self, node_fts, hidden):
-    """The history the processor and decoders see at this step."""
+  def _history(self, node_fts, hidden) -> "ScopedHistory":
+    """What the processor input, its update residual and the decoders see of h(t-1)."""
     cfg = self._config
+    gate = None
     if cfg.history == "full":
-      return hidden, None                      # Eq. 2: z = [x(t), h(t-1)]
-    if cfg.history == "none":
-      return jnp.zeros_like(hidden), None      # Eq. 3: h(t-1) removed
-    gate = HistoryGate(cfg.hidden_size, cfg.gate_mlp_layers,
-                       cfg.gate_bias_init)(node_fts, hidden)   # Eq. 5
-    return gate * hidden, gate                 # Eq. 4: z = [x(t), g * h(t-1)]
+      history = hidden                         # Eq. 2: z = [x(t), h(t-1)]
+    elif cfg.history == "none":
+      history = jnp.zeros_like(hidden)         # Eq. 3: h(t-1) removed
+    else:
+      gate = HistoryGate(cfg.hidden_size, cfg.gate_mlp_layers,
+                         cfg.gate_bias_init)(node_fts, hidden)   # Eq. 5
+      history = gate * hidden                  # Eq. 4: z = [x(t), g * h(t-1)]
+    return scoped_history(cfg.history_scope, history, hidden, gate)
 
   def _one_step(self, inputs, cur_hints, hidden, spec, encs, decs, processor,
                 batch_size, nb_nodes, repred):
@@ -182,30 +241,26 @@ class Net(hk.Module):
     node_fts, edge_fts, graph_fts, adj_mat = self._encode(
         encs, list(inputs) + list(cur_hints), batch_size, nb_nodes)
     # HISTORY (the only place where the three models differ)
-    history, gate = self._history(node_fts, hidden)
+    seen = self._history(node_fts, hidden)
     # PROCESS
-    nxt_hidden = history
-    nxt_edge = None
-    for _ in range(self._config.nb_msg_passing_steps):
+    nxt_hidden, nxt_edge = _process_with_residual(
+        processor, seen, node_fts, edge_fts, graph_fts, adj_mat,
+        batch_size=batch_size, nb_nodes=nb_nodes)
+    for _ in range(self._config.nb_msg_passing_steps - 1):
       nxt_hidden, nxt_edge = processor(
           node_fts, edge_fts, graph_fts, adj_mat, nxt_hidden,
           batch_size=batch_size, nb_nodes=nb_nodes)
-    # DECODE: dm-clrs feeds [node_fts, h(t-1), h(t)] to the decoders; h(t-1)
-    # is replaced by the history, so ForgetNet's decoders never see it either.
-    h_t = jnp.concatenate([node_fts, history, nxt_hidden], axis=-1)
+    # DECODE: dm-clrs feeds [node_fts, h(t-1), h(t)] to the decoders; in the
+    # default scope h(t-1) is replaced by the history, so ForgetNet's decoders
+    # never see it either.
+    h_t = jnp.concatenate([node_fts, seen.decoder, nxt_hidden], axis=-1)
     e_t = edge_fts if nxt_edge is None else jnp.concatenate(
         [edge_fts, nxt_edge], axis=-1)
     hint_preds, output_preds = decoders.decode_fts(
         decoders=decs, spec=spec, h_t=h_t, adj_mat=adj_mat, edge_fts=e_t,
         graph_fts=graph_fts, inf_bias=processor.inf_bias,
         inf_bias_edge=processor.inf_bias_edge, repred=repred)
-    if gate is None:
-      gate_sum = jnp.zeros((batch_size,))
-    else:
-      gate_sum = jnp.sum(safe_norm(gate), axis=-1)  # Eq. 6 term
-    history_norm = jnp.mean(
-        jnp.linalg.norm(history, axis=-1), axis=-1) / np.sqrt(
-            self._config.hidden_size)
+    gate_sum, history_norm = seen.stats()
     return nxt_hidden, output_preds, hint_preds, gate_sum, history_norm
 
   # -- whole trajectory ----------------------------------------------------

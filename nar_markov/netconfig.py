@@ -7,6 +7,11 @@ import dataclasses
 import gin
 
 HISTORY_POLICIES = ("full", "none", "gated")
+# Which consumers of h(t-1) the history policy applies to; the others see the raw
+# h(t-1), as dm-clrs feeds it.  dm-clrs's net reads h(t-1) in three places: the
+# processor input z = [x(t), h(t-1)], the Triplet-GMPNN update residual
+# (1 - u) * h(t-1), and the decoder input [x(t), h(t-1), h(t)].
+HISTORY_SCOPES = ("processor_input", "processor", "processor_decoder")
 IMPLS = ("auto", "fast", "reference")
 FAST_PROCESSORS = ("triplet_gmpnn",)
 
@@ -23,6 +28,15 @@ class NetConfig:
   """
   hidden_size: int = 128
   history: str = "full"
+  # Where the policy applies (HISTORY_SCOPES):
+  #   processor_input    z only (Eq. 4 as written); the update residual and the
+  #                      decoders see the raw h(t-1);
+  #   processor          z and the update residual; the decoders see the raw h(t-1);
+  #   processor_decoder  all three (the default): ForgetNet is then exactly
+  #                      independent of h(t-1), and G-ForgetNet is Markov when its
+  #                      gate is shut.  Eq. 3's "remove the use of h(t-1)" read
+  #                      literally; docs/design.md says what the evidence shows.
+  history_scope: str = "processor_decoder"
   processor: str = "triplet_gmpnn"
   use_ln: bool = True
   nb_triplet_fts: int = 8
@@ -45,6 +59,9 @@ class NetConfig:
     if self.history not in HISTORY_POLICIES:
       raise ValueError(
           f"history must be one of {HISTORY_POLICIES}, got {self.history!r}")
+    if self.history_scope not in HISTORY_SCOPES:
+      raise ValueError(f"history_scope must be one of {HISTORY_SCOPES}, "
+                       f"got {self.history_scope!r}")
     if int(self.hidden_size) <= 0:
       raise ValueError(f"hidden_size must be > 0, got {self.hidden_size}")
     if self.nb_msg_passing_steps < 1:

@@ -233,7 +233,8 @@ def normalize(value):
   return value
 
 
-def _same(a, b) -> bool:
+def same_value(a, b) -> bool:
+  """Whether two settings are equal as compared (normalize; floats to 1e-12)."""
   a, b = normalize(a), normalize(b)
   if (isinstance(a, (int, float)) and isinstance(b, (int, float))
       and not isinstance(a, bool) and not isinstance(b, bool)):
@@ -247,18 +248,20 @@ def definition_mismatch(recorded: Mapping[str, Any], expected: Mapping[str, Any]
 
   `expected`: the run's definition (``experiment.run_definition``: model, algorithm,
   seed, lambda_gate, lambda_reading, penalty_start_step, and "settings", a
-  dict compared key by key).  A key absent from `expected` is not compared (the
-  sweep does not know λ before its algorithm is calibrated).
+  dict compared key by key over the keys of both: a setting recorded only where
+  it differs from its default is absent on the side that has the default).  A
+  top-level key absent from `expected` is not compared (the sweep does not know
+  λ before its algorithm is calibrated).
   """
   out = []
   for key, want in expected.items():
     if key == "settings":
       theirs = recorded.get("settings")
       theirs = theirs if isinstance(theirs, Mapping) else {}
-      for k, v in want.items():
-        if not _same(theirs.get(k), v):
-          out.append((k, theirs.get(k), v))
-    elif not _same(recorded.get(key), want):
+      for k in list(want) + [k for k in theirs if k not in want]:
+        if not same_value(theirs.get(k), want.get(k)):
+          out.append((k, theirs.get(k), want.get(k)))
+    elif not same_value(recorded.get(key), want):
       out.append((key, recorded.get(key), want))
   return out
 

@@ -51,6 +51,9 @@ from nar_markov import runs
 if TYPE_CHECKING:  # what a run is (jax-free) builds what this module trains; never imported here
   from nar_markov.experiment import Protocol, _Task  # pylint: disable=g-bad-import-order
 
+# The test score of each selection rule is in result.json's "selection"; test_score is
+# the first's, dm-clrs run.py's: the first evaluation and every strict improvement.
+SELECTION_RULES = ("first_best", "last_best", "final")
 # Checkpoint format of the one loop (lists per algorithm); `upgrade_checkpoint`.
 CHECKPOINT_FORMAT = 2
 # The results format is nar_markov.runs's (no jax there); these names stay here too.
@@ -508,11 +511,6 @@ class _Job:
   multitask_update: str
   batch_size: int
 
-  def lambda_at(self, task: "_Task", step: int) -> np.float32:
-    """The penalty weight of train step `step` (0-based): the heuristic's reading."""
-    # A numpy scalar: no eager conversion to compile, one compiled step for both.
-    return np.float32(task.lam if step >= task.penalty_start else 0.0)
-
   def stop_at(self, step: int) -> int:
     if self.stop_after_steps is None:
       return self.train_steps
@@ -535,10 +533,11 @@ class _Job:
   def checkpoint_due(self, step: int) -> bool:
     return step % self.checkpoint_every_steps == 0 and step < self.train_steps
 
-  def train_step(self, seed: int, step: int, params, opt_state, feedbacks):
+  def train_step(self, run: "_SeedRun", params, opt_state, feedbacks):
     """One training step of one seed: (params, opt_state, losses per algorithm)."""
+    seed, step = run.seed, run.step
     if self.summed_step is not None:
-      lambdas = np.asarray([self.lambda_at(t, step) for t in self.tasks], np.float32)
+      lambdas = np.asarray([run.lambda_at(t, step) for t in self.tasks], np.float32)
       return self.summed_step(params, opt_state, tuple(feedbacks), lambdas,
                               self.net.step_key(seed, step))
     losses = []
@@ -548,7 +547,7 @@ class _Job:
       # no rng state: fold_in(PRNGKey(seed + 1), step * n + k), one compiled function.
       rng_key = self.net.step_key(seed, step * n + task.index)
       params, opt_state, l = self.net.train_step(params, opt_state, feedback,
-                                                 self.lambda_at(task, step), task.index,
+                                                 run.lambda_at(task, step), task.index,
                                                  rng_key)
       losses.append(l)
     return params, opt_state, losses
@@ -602,7 +601,7 @@ class _SeedRun:
       self.check_resume(state, prefix.state, [dict(
           self.definitions[0], model="calibrate", lambda_gate=prefix.lam,
           lambda_reading=None, penalty_start_step=0,
-          settings=dict(job.tasks[0].settings, train_steps=prefix.step))])
+          settings=dict(job.tasks[0].calibration_settings, train_steps=prefix.step))])
       log(f"{self.name}: continuing the calibration run's training (lambda = "
           f"{prefix.lam:.6g} from step 0) at step {prefix.step} ({prefix.state}): the "
           "same seed, data, schedule and penalty up to there, so the same training")
@@ -623,8 +622,14 @@ class _SeedRun:
                "step": 0, "best_val": -1.0, "best_step": None, "best_params": None,
                "best_scores": None, "curves": [empty_curves() for _ in job.tasks],
                "train_time_s": 0.0, "eval_time_s": 0.0, "diverged_step": None,
-               "test_results": {}}
+               "test_results": {}, "last_best_step": None, "last_best_params": None}
     state["definitions"] = self.definitions  # what this seed's checkpoints are of
+    n = len(job.tasks)
+    # Written since checkpoints keep them; an older one had neither (no adaptation).
+    state.setdefault("lambda_now", [None] * n)
+    state.setdefault("lambda_updates", [[] for _ in range(n)])
+    if "last_best_step" not in state:
+      state.update(_last_best_of_older_state(state))
     self.state = state
     self.curves = state["curves"]
     self.step = state["step"]
@@ -652,6 +657,9 @@ class _SeedRun:
                          f"train_steps={expected[0]['settings']['train_steps']}; the "
                          "checkpoint is kept: use another results_dir or move it aside")
       return
+    # Checkpoints written before the history policy was part of the definition: their
+    # label pinned it (experiment.check_label).
+    recorded = [dict(r, history=r.get("history", e["history"])) for r, e in zip(recorded, expected)]
     diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
     if diffs:
       raise ValueError(
@@ -672,8 +680,49 @@ class _SeedRun:
     if (not info or info.get("source") != "calibration record"
         or not info.get("reuse_calibration_prefix")):
       return None
-    return lambda_heuristic.continuation(info, self.seed, lam=task.lam,
-                                         penalty_start=task.penalty_start)
+    return lambda_heuristic.continuation(
+        info, self.seed, lam=task.lam, penalty_start=task.penalty_start,
+        lambda_constant=task.penalty is None or task.penalty.acts_from_start_only)
+
+  def lambda_at(self, task: "_Task", step: int) -> np.float32:
+    """The penalty weight of train step `step` (0-based): 0 before the task's penalty
+    start, then its lambda (adapted: `adapt_lambda`), times the ramp's fraction."""
+    if step < task.penalty_start:
+      # A numpy scalar: no eager conversion to compile, one compiled step for both.
+      return np.float32(0.0)
+    lam = self.state["lambda_now"][task.index]
+    lam = task.lam if lam is None else lam
+    ramp = 0 if task.penalty is None else int(task.penalty.ramp_steps)
+    if ramp:
+      lam *= min(1.0, (step - task.penalty_start + 1) / ramp)
+    return np.float32(lam)
+
+  def adapt_lambda(self) -> None:
+    """GatePenalty.adaptive_every_steps: every N steps after the penalty start,
+    lambda = lambda_scale * L / G over those N steps' logged losses (at most
+    adaptive_max_scale times the lambda it started from).  Called after the losses
+    up to `self.step` are recorded."""
+    for task in self.job.tasks:
+      p = task.penalty
+      if p is None or p.adaptive_every_steps is None or task.lam == 0:
+        continue
+      every, k = int(p.adaptive_every_steps), task.index
+      updates = self.state["lambda_updates"][k]
+      due = (updates[-1][0] if updates else task.penalty_start) + every
+      if self.step < due:
+        continue
+      train = self.curves[k]["train"]
+      idx = [i for i, st in enumerate(train["step"]) if due - every < st <= self.step]
+      if not idx:
+        continue
+      task_loss = np.mean([train["output_loss"][i] + train["hint_loss"][i] for i in idx])
+      gate = np.mean([train["gate_term"][i] for i in idx])
+      cap = float(p.adaptive_max_scale) * task.lam
+      lam = cap if not gate > 0 else min(cap, float(p.lambda_scale) * task_loss / gate)
+      self.state["lambda_now"][k] = lam
+      updates.append([self.step, lam, float(task_loss), float(gate)])
+      log(f"{self.name}: step {self.step}: lambda = {lam:.6g} (L {task_loss:.4g}, "
+          f"G {gate:.4g})")
 
   def evaluate(self, params, step_now: int) -> float:
     """Validate on every algorithm's pool; returns the mean score (selection)."""
@@ -706,6 +755,11 @@ class _SeedRun:
       state["best_scores"] = scores
       state["best_step"] = step_now
       state["best_params"] = jax.tree_util.tree_map(np.asarray, params)
+    if mean >= state["best_val"]:
+      # Another rule, reported beside run.py's: the last step that validates at the best.
+      state["last_best_step"] = step_now
+      state["last_best_params"] = (state["best_params"] if state["best_step"] == step_now
+                                   else jax.tree_util.tree_map(np.asarray, params))
     return mean
 
   def report(self, score: float) -> None:
@@ -787,13 +841,10 @@ class _SeedRun:
       for task in job.tasks:
         if task.algorithm in tested:
           continue
-        t0 = time.time()
-        tested[task.algorithm] = evaluate_split(
-            job.net, state["best_params"], task.test, task.index, task.test_batch_size,
-            with_hints=False, max_samples=job.test_max_samples)
-        self.t_eval += time.time() - t0
+        tested[task.algorithm] = self.test(state["best_params"], task)
         if params is not None and len(job.tasks) > 1:
           self.save_checkpoint(params, opt_state)
+    self.test_other_selections(params)
     results = [self.result_of(task, tested.get(task.algorithm)) for task in job.tasks]
     for task, out_dir, result in zip(job.tasks, self.out_dirs, results):
       if state["best_params"] is not None:
@@ -814,6 +865,45 @@ class _SeedRun:
       log(f"wrote {out_dir / RESULT_NAME}: status {result['status']}, test "
           f"{score if score is None else round(score, 4)}")
     return results
+
+  def test(self, params, task: "_Task") -> Dict[str, Any]:
+    """`params` scored on `task`'s test split (its evaluation time counted)."""
+    t0 = time.time()
+    out = evaluate_split(self.job.net, params, task.test, task.index, task.test_batch_size,
+                         with_hints=False, max_samples=self.job.test_max_samples)
+    self.t_eval += time.time() - t0
+    return out
+
+  def test_other_selections(self, final_params) -> None:
+    """Test the parameters of the other selection rules (SELECTION_RULES), where they
+    differ from run.py's: the last step that validates at the best, and the final step
+    (`final_params`; None for a diverged run).  Reported, never used for test_score."""
+    state = self.state
+    tested = state.setdefault("selection_tests", {})
+    candidates = {"last_best": (state.get("last_best_step"), state.get("last_best_params")),
+                  "final": (self.step, final_params)}
+    for rule, (step, params) in candidates.items():
+      if rule in tested or step is None or step == state["best_step"] or params is None:
+        continue
+      tested[rule] = {"step": int(step),
+                      "test": {t.algorithm: self.test(params, t) for t in self.job.tasks}}
+
+  def selection_of(self, task: "_Task", test_res) -> Dict[str, Any]:
+    """result.json's "selection": the test score under each rule, run.py's first."""
+    state = self.state
+    out = {"rule": SELECTION_RULES[0], SELECTION_RULES[0]: {
+        "step": state["best_step"], "test_score": None if test_res is None else test_res["score"]}}
+    steps = {"last_best": state.get("last_best_step"),
+             "final": None if self.diverged_step is not None else self.step}
+    for rule, step in steps.items():
+      done = state.get("selection_tests", {}).get(rule)
+      if step is not None and step == state["best_step"]:
+        out[rule] = dict(out[SELECTION_RULES[0]])
+      elif done is not None:
+        out[rule] = {"step": done["step"], "test_score": done["test"][task.algorithm]["score"]}
+      else:
+        out[rule] = {"step": step, "test_score": None}
+    return out
 
   def result_of(self, task: "_Task", test_res: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The result record of one algorithm (schema: nar_markov.runs)."""
@@ -855,7 +945,10 @@ class _SeedRun:
         "versions": package_versions(),
         "device": devices.describe_backend(),
         "gin_config": job.gin_str,
+        "selection": self.selection_of(task, test_res),
     }
+    if any(state["lambda_updates"]):
+      result["lambda_updates"] = state["lambda_updates"][task.index]
     if job.multitask:
       result.update(multitask_algorithms=[t.algorithm for t in job.tasks],
                     multitask_update=job.multitask_update,
@@ -869,8 +962,7 @@ def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str,
   while run.step < stop_at and run.diverged_step is None:
     feedbacks = [next(stream) for stream in run.streams]
     t0 = time.time()
-    params, opt_state, losses = job.train_step(run.seed, run.step, params, opt_state,
-                                               feedbacks)
+    params, opt_state, losses = job.train_step(run, params, opt_state, feedbacks)
     run.step += 1
     run.pending.append((run.step, losses))
     if job.flush_due(run.step, stop_at):
@@ -879,6 +971,7 @@ def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str,
       if bad is not None:
         run.diverge(bad)
         break
+      run.adapt_lambda()
     else:
       run.t_train += time.time() - t0
     if job.eval_due(run.step):
@@ -888,7 +981,8 @@ def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str,
   return run.end(params, opt_state)
 
 
-def make_vmapped_train_step(net: Model, algorithm_index: int = 0):
+def make_vmapped_train_step(net: Model, algorithm_index: int = 0,
+                            per_seed_lambda: bool = False):
   """K seeds' optimizer steps as one jitted computation.
 
   `jax.vmap` of `Model._train_step` over a leading seed axis of params,
@@ -897,13 +991,15 @@ def make_vmapped_train_step(net: Model, algorithm_index: int = 0):
   K batches) keeps the model's skip of finished time steps a real branch,
   where a batched one would turn into a select that computes both sides.
   Parameters and optimizer state are donated, as `Model.train_step` does.
+  `per_seed_lambda`: `lambda_gate` is [K], one per seed (an adaptive lambda).
   Call: `(params, opt_state, batch, lambda_gate, rng_keys, max_length)` ->
   `(params, opt_state, losses)`, all with the leading K axis.
   """
   def step(params, opt_state, feedback, lambda_gate, rng_key, max_length):
     return net._train_step(params, opt_state, feedback, lambda_gate,  # pylint: disable=protected-access
                            algorithm_index, rng_key, max_length)
-  return jax.jit(jax.vmap(step, in_axes=(0, 0, 0, None, 0, None)),
+  lambda_axis = 0 if per_seed_lambda else None
+  return jax.jit(jax.vmap(step, in_axes=(0, 0, 0, lambda_axis, 0, None)),
                  donate_argnums=(0, 1))
 
 
@@ -951,7 +1047,9 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
   stop_at = job.stop_at(step)
   params = stack_trees([p for _, p, _ in group])
   opt_state = stack_trees([o for _, _, o in group])
-  vstep = make_vmapped_train_step(job.net)
+  task = job.tasks[0]
+  per_seed_lambda = task.penalty is not None and task.penalty.adaptive_every_steps is not None
+  vstep = make_vmapped_train_step(job.net, per_seed_lambda=per_seed_lambda)
   pending = []  # (step, stacked device-side losses) since the last flush
   results = {}
   log(f"{job.model}/{job.tasks[0].algorithm}: training seeds {[r.seed for r in active]} "
@@ -960,8 +1058,9 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
     feedbacks = [next(run.streams[0]) for run in active]
     t0 = time.time()
     batch, max_length = stack_batches(feedbacks)
+    lambdas = [run.lambda_at(task, step) for run in active]
     params, opt_state, losses = vstep(params, opt_state, batch,
-                                      job.lambda_at(job.tasks[0], step),
+                                      np.asarray(lambdas) if per_seed_lambda else lambdas[0],
                                       job.net.step_keys([r.seed for r in active], step),
                                       max_length)
     step += 1
@@ -973,6 +1072,10 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
       fetched = jax.device_get(list(stacked))
       bad = [run.record(steps, [[tree_index(l, i)] for l in fetched])
              for i, run in enumerate(active)]
+      for run, b in zip(active, bad):
+        if b is None:
+          run.step = step
+          run.adapt_lambda()
     dt = time.time() - t0
     for run in active:
       run.step = step
@@ -1007,6 +1110,18 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
     for i, run in enumerate(active):
       results[run.seed] = run.end(tree_index(host_params, i), tree_index(host_opt, i))
   return results
+
+
+def _last_best_of_older_state(state) -> Dict[str, Any]:
+  """The last-at-best selection of a state saved before it was kept: run.py's best
+  where no later validation in the curves equals it, else unknown (None)."""
+  scores = [c["val"]["score"] for c in state["curves"]]
+  steps = state["curves"][0]["val"]["step"]
+  at_best = [st for st, *per_task in zip(steps, *scores)
+             if state["best_params"] is not None and float(np.mean(per_task)) >= state["best_val"]]
+  if at_best and at_best[-1] == state["best_step"]:
+    return {"last_best_step": state["best_step"], "last_best_params": state["best_params"]}
+  return {"last_best_step": None, "last_best_params": None}
 
 
 def empty_curves():

@@ -12,6 +12,7 @@ import pytest
 # session then dies with "lost sys.stderr").
 import submitit  # noqa: F401  pylint: disable=unused-import
 
+from nar_markov import experiment
 from nar_markov import quiet
 
 import flat
@@ -83,9 +84,12 @@ def fake_slurm(tmp_path, monkeypatch):
 SMOKE_SETTINGS = dict(train_steps=20, batch_size=8, hidden_size=16, learning_rate=0.0015,
                       grad_clip_max_norm=1.0, schedule_steps=None, train_lengths=[4, 7],
                       processor="triplet_gmpnn", nb_triplet_fts=4, gate_mlp_layers=2,
-                      gate_bias_init=0.0)
+                      gate_bias_init=0.0, eval_every_steps=10, log_every_steps=5,
+                      val_max_samples=8, test_max_samples=8)
 MULTITASK_SETTINGS = dict(SMOKE_SETTINGS, train_steps=10000, batch_size=32, hidden_size=128,
-                          nb_triplet_fts=8, train_lengths=[4, 7, 11, 13, 16])
+                          nb_triplet_fts=8, train_lengths=[4, 7, 11, 13, 16],
+                          eval_every_steps=50, log_every_steps=10, val_max_samples=None,
+                          test_max_samples=None)
 
 
 @pytest.fixture
@@ -97,7 +101,9 @@ def write_result():
   def write(results, model, algorithm, seed, **fields):
     d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
     d.mkdir(parents=True, exist_ok=True)
+    base = model[:-len("_multitask")] if model.endswith("_multitask") else model
     result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
+              "history": experiment.PAPER_LABELS.get(base, ("full",))[0],
               "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
               "diverged_step": None, "test_score": 0.5, "lambda_gate": 0.0,
               "lambda_reading": None, "penalty_start_step": 0}

@@ -52,4 +52,4 @@ def gin_params(**flat) -> List[str]:
 def settings(algorithm: str, **flat) -> Dict[str, Any]:
   """experiment.run_settings of `algorithm` with flat keywords."""
   c = components(**flat)
-  return experiment.run_settings(algorithm, c["protocol"], c["net"])
+  return experiment.run_settings(algorithm, c["protocol"], c["net"], penalty=c["penalty"])

@@ -14,7 +14,7 @@ GIN_DIR = config.GIN_DIR
 SMOKE = ["Protocol.train_steps = 2", "Protocol.eval_every_steps = 2",
          "Protocol.val_max_samples = 4", "Protocol.test_max_samples = 4"]
 # Overlays and data-only files are run on top of a model file.
-OVERLAYS = {"smoke.gin", "local.gin", "slurm_gpu.gin", "reduced1500.gin"}
+OVERLAYS = {"smoke.gin", "local.gin", "slurm_gpu.gin", "reduced1500.gin", "pilot.gin"}
 
 
 def _shipped():
@@ -96,6 +96,8 @@ def test_each_model_file_binds_its_history_and_penalty():
               "gforget.gin": ("gforget", "gated", "record"),
               "gforget_constant.gin": ("gforget_constant", "gated", "record"),
               "gforget_nopenalty.gin": ("gforget_nopenalty", "gated", None),
+              "gforget_input.gin": ("gforget_input", "gated", "record"),
+              "gforget_processor.gin": ("gforget_processor", "gated", "record"),
               "multitask.gin": ("forget_multitask", "none", None)}
   assert set(expected) == set(EXPERIMENTS)
   for name, (label, history, penalty) in expected.items():

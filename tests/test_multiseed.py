@@ -80,18 +80,27 @@ def assert_same_result(got, want, rtol=1e-4):
   mean, hence 1e-4.  A wrong seed, rng, batch or padding is off by > 1e-2
   (an rng offset by one step: 11%).  Test scores are a count of exact
   predictions: the same round-off flips the argmax of a few near-tied pointer
-  logits of this untrained tiny net (seen: 2 of 512, 0.0039), so they agree
-  within SCORE_ATOL; every loss, curve and validation score still within rtol.
+  logits of this untrained tiny net (seen: 2 of 512, 0.0039; on another CPU a
+  validation score 1 of 40 off, 0.025), so scores agree within SCORE_ATOL; every
+  loss still within rtol.
   """
   assert set(got) == set(want)
   for key in sorted(set(want) - UNCOMPARED):
-    if key in ("test_score", "test_scores"):
+    if key in ("test_score", "test_scores", "selection", "val_best"):
       _assert_close(got[key], want[key], 0.0, path=key, atol=SCORE_ATOL)
+    elif key == "curves":
+      _assert_close({k: v for k, v in got[key].items() if k != "val"},
+                    {k: v for k, v in want[key].items() if k != "val"}, rtol, path=key)
+      for k in want[key]["val"]:
+        atol = SCORE_ATOL if k == "score" else 1e-7
+        _assert_close(got[key]["val"][k], want[key]["val"][k], 0.0 if k == "score" else rtol,
+                      path=f"curves.val.{k}", atol=atol)
     else:
       _assert_close(got[key], want[key], rtol, path=key)
 
 
-SCORE_ATOL = 0.01  # a few flipped predictions of a test split (see assert_same_result)
+# A few flipped predictions of a test or validation split (see assert_same_result).
+SCORE_ATOL = 0.05
 
 
 def _assert_close(got, want, rtol, path, atol=1e-7):

@@ -98,7 +98,7 @@ def test_status_dry_run_and_sweep_agree_on_what_is_done(case, write_result, tmp_
 
   # The sweep's definition of baseline/bfs/seed0 under gin/smoke.gin.
   expected = dict(experiment.run_definition("baseline", "bfs", flat.settings(
-      "bfs", **SMOKE_SETTINGS), 0.0, 0, None), seed=0)
+      "bfs", **SMOKE_SETTINGS), 0.0, 0, None, "full"), seed=0)
   assert runs.check_result(_result_path(results).parent, expected).state == verdict
 
   # --status (with the sweep's gin files: it knows the settings).
@@ -169,7 +169,7 @@ def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
   (aside,) = path.parent.glob("result.json.corrupt-*")
   assert aside.read_text() == '{"schema": "nar_markov.res'
   assert runs.check_result(path.parent, dict(
-      experiment.run_definition("baseline", "bfs", result["settings"], 0.0, 0, None),
+      experiment.run_definition("baseline", "bfs", result["settings"], 0.0, 0, None, "full"),
       seed=0)).state == "done"
   written = path.read_bytes()
   # Verified done: read back, not retrained.

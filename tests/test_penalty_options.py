@@ -1,0 +1,165 @@
+"""G-ForgetNet's penalty strength options (GatePenalty) and the selection rules, on tiny runs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from nar_markov import experiment
+from nar_markov import lambda_heuristic
+from nar_markov import runs
+from nar_markov.netconfig import NetConfig
+
+import flat
+
+TINY = dict(hidden_size=8, nb_triplet_fts=4, batch_size=4, train_lengths=(4,),
+            train_steps=20, eval_every_steps=5, log_every_steps=1,
+            checkpoint_every_steps=10, val_max_samples=8, test_max_samples=4,
+            progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, data_cache_dir):
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+
+
+def _gforget(tmp_path, **penalty):
+  return flat.run(algorithm="bfs", seed=0, model="gforget_options",
+                  results_dir=str(tmp_path), history="gated",
+                  penalty=experiment.GatePenalty(0.5, start_step=8, **penalty), **TINY)
+
+
+def _lambda_per_step(result):
+  train = result["curves"]["train"]
+  with np.errstate(invalid="ignore", divide="ignore"):
+    ratio = np.asarray(train["gate_penalty"]) / np.asarray(train["gate_term"])
+  return dict(zip(train["step"], ratio))
+
+
+def test_ramp_scale_and_adaptive_lambda(tmp_path):
+  """lambda_scale multiplies lambda; the ramp rises linearly from the start step; the
+  adaptive lambda is lambda_scale * L / G of the logged losses since its last update."""
+  ramp = _gforget(tmp_path / "ramp", lambda_scale=2.0, ramp_steps=4)
+  lam = _lambda_per_step(ramp)  # curves log step s's loss (0-based step s - 1)
+  assert ramp["lambda_gate"] == pytest.approx(1.0)
+  assert ramp["settings"]["lambda_scale"] == 2.0 and ramp["settings"]["ramp_steps"] == 4
+  assert ramp["lambda_calibration"]["lambda_unscaled"] == 0.5
+  assert [lam[s] for s in (8, 9, 10, 11, 12, 13, 20)] == pytest.approx(
+      [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0], rel=1e-5)
+
+  adaptive = _gforget(tmp_path / "adaptive", adaptive_every_steps=4, adaptive_max_scale=1e6)
+  lam = _lambda_per_step(adaptive)
+  train = adaptive["curves"]["train"]
+  updates = adaptive["lambda_updates"]
+  assert [u[0] for u in updates] == [12, 16, 20]
+  for step, value, big_l, big_g in updates:
+    window = [i for i, s in enumerate(train["step"]) if step - 4 < s <= step]
+    assert big_l == pytest.approx(np.mean([train["output_loss"][i] + train["hint_loss"][i]
+                                           for i in window]), rel=1e-6)
+    assert big_g == pytest.approx(np.mean([train["gate_term"][i] for i in window]), rel=1e-6)
+    assert value == pytest.approx(big_l / big_g)
+  assert [lam[s] for s in (9, 12)] == pytest.approx([0.5, 0.5], rel=1e-5)
+  assert lam[13] == pytest.approx(updates[0][1], rel=1e-5)
+  assert lam[17] == pytest.approx(updates[1][1], rel=1e-5)
+
+
+def test_adaptive_lambda_is_capped(tmp_path):
+  result = _gforget(tmp_path, adaptive_every_steps=4, adaptive_max_scale=1.0)
+  assert all(u[1] <= 0.5 + 1e-12 for u in result["lambda_updates"])
+
+
+def test_selection_rules_reported_side_by_side(tmp_path):
+  result = _gforget(tmp_path)
+  sel = result["selection"]
+  assert sel["rule"] == "first_best"
+  assert sel["first_best"] == {"step": result["val_best_step"],
+                               "test_score": result["test_score"]}
+  assert sel["final"]["step"] == 20
+  val = result["curves"]["val"]
+  at_best = [s for s, v in zip(val["step"], val["score"]) if v >= result["val_best"]]
+  assert sel["last_best"]["step"] == at_best[-1]
+  for rule in ("last_best", "final"):
+    assert sel[rule]["test_score"] is not None
+    if sel[rule]["step"] == sel["first_best"]["step"]:
+      assert sel[rule]["test_score"] == result["test_score"]
+
+
+def _changed(value):
+  """Another valid value of a setting with default `value`."""
+  if isinstance(value, bool):
+    return not value
+  if value is None:
+    return 7
+  if isinstance(value, (int, float)):
+    return value * 2 + 2
+  if isinstance(value, (tuple, list)):
+    return [int(v) + 1 for v in value]
+  return {"resample": "fixed", "processor_decoder": "processor", "auto": "fast",
+          "xavier_on_scalars": "default", "triplet_gmpnn": "mpnn", "full": "none",
+          "per_algorithm": "summed"}[value]
+
+
+@pytest.mark.parametrize("owner,field", [
+    (owner, f) for owner, fields in experiment.defining_fields().items() for f in fields])
+def test_every_defining_field_changes_the_settings(owner, field):
+  """Done-ness compares the settings; each field that can change a recorded number is
+  in them (fields derived from the settings objects, not a hand-kept list)."""
+  cls = {"Protocol": experiment.Protocol, "NetConfig": NetConfig,
+         "GatePenalty": experiment.GatePenalty}[owner]
+  objs = {"Protocol": experiment.Protocol(), "NetConfig": NetConfig(),
+          "GatePenalty": experiment.GatePenalty(0.1)}
+  default = next(f.default for f in dataclasses.fields(cls) if f.name == field)
+  changed = dict(objs, **{owner: dataclasses.replace(objs[owner], **{field: _changed(default)})})
+  a = experiment.run_settings("bfs", objs["Protocol"], objs["NetConfig"],
+                              penalty=objs["GatePenalty"])
+  b = experiment.run_settings("bfs", changed["Protocol"], changed["NetConfig"],
+                              penalty=changed["GatePenalty"])
+  assert runs.definition_mismatch({"settings": a}, {"settings": b})
+
+
+def test_settings_of_a_default_run_are_what_results_always_recorded():
+  """A run with every default has the settings results have recorded from the start,
+  so results and checkpoints written before a setting existed stay valid."""
+  s = experiment.run_settings("bfs", experiment.Protocol(), NetConfig(),
+                              penalty=experiment.GatePenalty(0.1))
+  assert sorted(s) == sorted(("algorithm",) + experiment.ALWAYS_RECORDED)
+
+
+def test_a_smoke_result_is_not_done_for_a_full_split(tmp_path):
+  """A result tested on 4 samples is refused, not skipped, when the whole split is asked for."""
+  flat.run(algorithm="bfs", seed=0, model="forget", results_dir=str(tmp_path), **TINY)
+  with pytest.raises(ValueError, match="test_max_samples"):
+    flat.run(algorithm="bfs", seed=0, model="forget", results_dir=str(tmp_path),
+             **dict(TINY, test_max_samples=None))
+
+
+def test_constant_reading_continues_only_with_the_records_constant_lambda(tmp_path):
+  record = {"schema": lambda_heuristic.RECORD_SCHEMA, "algorithm": "bfs", "lambda": 0.5,
+            "reading": "constant", "settings": {}, "calibration_step": 12,
+            "seeds": [{"seed": 0, "lambda": 0.5, "chosen_state": str(tmp_path / "s.npz")}]}
+  path = tmp_path / "rec.json"
+  lambda_heuristic.atomic_write_json(path, record)
+  (tmp_path / "s.npz").write_bytes(b"")
+  info = {"reading": "constant", "calibration_step": 12, "record": str(path)}
+  go = lambda **kw: lambda_heuristic.continuation(info, 0, penalty_start=0, **kw)
+  assert go(lam=0.5) is not None
+  assert go(lam=1.0) is None                       # lambda_scale 2
+  assert go(lam=0.5, lambda_constant=False) is None  # a ramp or adaptation from step 0
+
+
+def test_records_and_lambda0_runs_are_kept_apart_per_scope(tmp_path):
+  default = lambda_heuristic.record_path(tmp_path, "schedule", "bfs")
+  scoped = lambda_heuristic.record_path(tmp_path, "schedule", "bfs", "processor_input")
+  assert default == tmp_path / "_calibration" / "schedule" / "bfs.json"
+  assert scoped != default and "processor_input" in str(scoped)
+  assert (lambda_heuristic.lambda0_results_dir(tmp_path, "processor")
+          != lambda_heuristic.lambda0_results_dir(tmp_path))
+
+
+def test_bad_penalty_options_are_one_clear_error():
+  with pytest.raises(ValueError, match="lambda_scale"):
+    experiment.GatePenalty(0.1, lambda_scale=0)
+  with pytest.raises(ValueError, match="ramp_steps"):
+    experiment.GatePenalty(0.1, ramp_steps=-1)
+  with pytest.raises(ValueError, match="adaptive_every_steps"):
+    experiment.GatePenalty(0.1, adaptive_every_steps=0)
