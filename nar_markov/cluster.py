@@ -333,6 +333,7 @@ class Calibration:
   gin_files: Tuple[str, ...]
   gin_params: Tuple[str, ...]
   results_dir: str
+  scope: Optional[str] = None   # NetConfig.history_scope (None: the default)
 
   @property
   def name(self) -> str:
@@ -340,7 +341,8 @@ class Calibration:
 
   @property
   def record_path(self) -> pathlib.Path:
-    return lambda_heuristic.record_path(self.results_dir, self.reading, self.algorithm)
+    return lambda_heuristic.record_path(self.results_dir, self.reading, self.algorithm,
+                                        self.scope)
 
   def job_args(self) -> Tuple[str, Dict[str, Any]]:
     """The arguments of `Job.__call__`."""
@@ -367,13 +369,15 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
     if run.algorithm in seen:
       continue
     seen.add(run.algorithm)
-    path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm)
+    settings = experiment.record_settings(experiment.run_settings_from_gin(run.algorithm))
+    scope = settings.get("history_scope")
+    path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm,
+                                        scope)
     try:
       if lambda_heuristic.read_record(path) is None:
         todo.append(Calibration(run.algorithm, heuristic.reading, run.gin_files,
-                                run.gin_params, run.results_dir))
+                                run.gin_params, run.results_dir, scope))
         continue
-      settings = experiment.run_settings_from_gin(run.algorithm)
       lam, info = lambda_heuristic.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
       have[run.algorithm] = dict(info, **{"lambda": lam})
     except lambda_heuristic.CalibrationError as e:
