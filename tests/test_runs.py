@@ -368,3 +368,64 @@ def test_status_never_loads_submitits_result_pickle(write_result, tmp_path, caps
   assert sweep.main(["--status", "--results", str(results)]) == 0
   out = capsys.readouterr().out
   assert "ValueError: boom" in out and not marker.exists()
+
+
+# -- a checkpoint cut short -------------------------------------------------------------
+
+
+def test_a_truncated_checkpoint_is_moved_aside_and_the_run_starts_over(tmp_path, cache, capfd):
+  """Was: zipfile.BadZipFile out of runs.read_state, on every retry, until someone
+  deleted the file by hand."""
+  common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
+                **TINY)
+  assert flat.run(train_steps=10, stop_after_steps=5, **common)["status"] == "interrupted"
+  ckpt = _result_path(tmp_path).parent / runs.CHECKPOINT_NAME
+  cut = ckpt.read_bytes()[:ckpt.stat().st_size // 2]
+  ckpt.write_bytes(cut)
+  with pytest.raises(ValueError, match="is not a readable state file"):
+    runs.read_state(ckpt)
+  capfd.readouterr()
+  result = flat.run(train_steps=10, **common)
+  assert result["status"] == "done" and result["curves"]["train"]["step"] == [5, 10]
+  (aside,) = ckpt.parent.glob(f"{runs.CHECKPOINT_NAME}.corrupt-*")
+  assert aside.read_bytes() == cut
+  err = capfd.readouterr().err
+  assert f"WARNING: unreadable checkpoint {ckpt}" in err and f"moved aside to {aside}" in err
+
+
+# -- a checkpoint written with other settings, seen before a job is submitted ------------------
+
+
+def test_dry_run_and_status_see_a_checkpoint_with_other_settings(tmp_path, cache, fake_slurm,
+                                                                 capsys):
+  """The job refuses such a checkpoint (and keeps it): --dry-run said `submit` and
+  --status `missing`, and the sweep submitted a job bound to fail."""
+  results = tmp_path / "results"
+  smoke = dict(SMOKE_SETTINGS, checkpoint_every_steps=5, progress=False)
+  smoke.pop("schedule_steps")
+  assert flat.run(algorithm="bfs", seed=0, model="baseline", results_dir=str(results),
+                  stop_after_steps=5, **dict(smoke, train_steps=30))["status"] == "interrupted"
+  ckpt = _result_path(results).parent / runs.CHECKPOINT_NAME
+  saved = ckpt.read_bytes()
+  why = (f"checkpoint {ckpt} was written with train_steps=30, schedule_steps=30; this run "
+         "has train_steps=20, schedule_steps=20")
+
+  assert sweep.main(["--status", "--results", str(results)] + SMOKE) == 0
+  out = capsys.readouterr().out
+  row = next(l.split() for l in out.splitlines() if l.startswith("baseline "))
+  assert dict(zip(status_lib.STATES, map(int, row[2:])))["other"] == 1, out
+  assert f"baseline/bfs/seed0  other: {why}" in out
+
+  for extra in (["--dry-run"], []):
+    rc = sweep.main(SMOKE + ["--results", str(results)] + extra)
+    out, err = capsys.readouterr()
+    assert rc == 2, out + err
+    assert "1 runs have checkpoints or results made with other settings" in err
+    assert f"baseline/bfs/seed0: {why}" in err
+  assert _scripts(fake_slurm) == [] and ckpt.read_bytes() == saved
+
+  rc = sweep.main(SMOKE + ["--results", str(results), "--archive-mismatched"])
+  out, err = capsys.readouterr()
+  assert rc == 0 and len(_scripts(fake_slurm)) == 1, out + err
+  (archived,) = (results / runs.ARCHIVE_DIR).glob(f"*/baseline/bfs/seed0/{runs.CHECKPOINT_NAME}")
+  assert archived.read_bytes() == saved and not ckpt.exists()
