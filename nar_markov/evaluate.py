@@ -19,7 +19,7 @@ out of distribution a model still holds. One line per size; --json writes them a
 --hints also scores the model's hint predictions step by step, as it runs at test time (each
 step fed the previous step's own predictions): clrs.evaluate_hints's per-step accuracy of every
 hint, over the trajectories that reach that step. It shows where along a trajectory a model
-starts to go wrong (issue 17: error accumulating over the steps, the paper's Appendix C
+starts to go wrong (error accumulating over the steps, the paper's Appendix C
 argument). One line per hint; --json keeps every step.
 
 --update-gate also measures the Triplet-GMPNN processor's own update gate u (dm-clrs: out =

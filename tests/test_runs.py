@@ -23,7 +23,9 @@ if str(REPO_ROOT) not in sys.path:
   sys.path.insert(0, str(REPO_ROOT))
 
 from conftest import SMOKE_SETTINGS  # pylint: disable=wrong-import-position  (tests/ is on sys.path)
+from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
 from launch import status as status_lib  # pylint: disable=wrong-import-position
+from launch import submit  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import config  # pylint: disable=wrong-import-position
 from nar_markov import experiment  # pylint: disable=wrong-import-position
@@ -246,7 +248,7 @@ def test_two_sweeps_at_once_submit_each_run_once(tmp_path, fake_slurm, data_cach
       "sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; 4 runs to submit, "
       "0 already done"], outs
   assert len(_scripts(fake_slurm)) == 1
-  jobs = [j for m in status_lib.read_manifests(results) for j in m["jobs"]]
+  jobs = [j for m in jobs_lib.read_manifests(results) for j in m["jobs"]]
   assert sorted((j["algorithm"], j["seed"], j["job_id"]) for j in jobs) == [
       ("bfs", 0, "4242_0"), ("bfs", 1, "4242_1"), ("insertion_sort", 0, "4242_2"),
       ("insertion_sort", 1, "4242_3")]
@@ -256,17 +258,17 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
   """While sbatch runs, the runs are in the manifest, planned, and count as
   queued for anyone who looks (another sweep, --status)."""
   seen = []
-  real = sweep.submit_slurm
+  real = submit.submit_runs
 
-  def spy(executor, todo, manifest, resources, after=None):
+  def spy(executor, todo, manifest, resources, after):
     results = pathlib.Path(todo[0].results_dir)
-    (m,) = status_lib.read_manifests(results)
+    (m,) = jobs_lib.read_manifests(results)
     seen.append([(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]])
     statuses, _ = status_lib.classify(results)
     seen.append({(s.algorithm, s.seed): (s.state, s.detail) for s in statuses})
     return real(executor, todo, manifest, resources, after)
 
-  monkeypatch.setattr(sweep, "submit_slurm", spy)
+  monkeypatch.setattr(submit, "submit_runs", spy)
   results = tmp_path / "results"
   assert sweep.main(SMOKE + ["--results", str(results)]) == 0
   capsys.readouterr()
@@ -274,7 +276,7 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
   assert planned == [("bfs", 0, None)]
   assert states == {("bfs", 0): ("running", f"queued by sweep pid {os.getpid()} "
                                             "(not submitted yet)")}
-  (m,) = status_lib.read_manifests(results)
+  (m,) = jobs_lib.read_manifests(results)
   assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [("bfs", 0, "4242")]
 
 
@@ -361,7 +363,7 @@ def test_status_never_loads_submitits_result_pickle(write_result, tmp_path, caps
       "call last):\nValueError: boom\n")
   (results / "_sweeps").mkdir()
   (results / "_sweeps" / "20260101-000000-000000.json").write_text(json.dumps(
-      {"schema": status_lib.MANIFEST_SCHEMA, "cluster": "local", "jobs": [
+      {"schema": jobs_lib.MANIFEST_SCHEMA, "cluster": "local", "jobs": [
           {"model": "baseline", "algorithm": "bfs", "seed": 0, "job_id": "9_0",
            "stderr": str(logs / "9_0_0_log.err"),
            "result_pickle": str(logs / "9_0_0_result.pkl")}]}))
@@ -420,7 +422,7 @@ def test_dry_run_and_status_see_a_checkpoint_with_other_settings(tmp_path, cache
     rc = sweep.main(SMOKE + ["--results", str(results)] + extra)
     out, err = capsys.readouterr()
     assert rc == 2, out + err
-    assert "1 runs have checkpoints or results made with other settings" in err
+    assert "1 runs have checkpoints made with other settings" in err
     assert f"baseline/bfs/seed0: {why}" in err
   assert _scripts(fake_slurm) == [] and ckpt.read_bytes() == saved
 
