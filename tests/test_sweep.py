@@ -10,6 +10,7 @@ import os
 import pathlib
 import pickle
 import re
+import stat
 import subprocess
 import sys
 
@@ -192,6 +193,7 @@ def test_dry_run_lists_runs_and_skips_done_ones(write_result, tmp_path, fake_slu
 def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
   write_result(results, "baseline", "bfs", 0)
+  (results / "_logs").mkdir(mode=0o755)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
                            "--gin_param", "slurm_resources.cpus_per_task=1",
                            "--gin_param", "slurm_resources.mem_gb=2",
@@ -238,6 +240,8 @@ def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm
   assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [
       ("bfs", 1, "4242_0"), ("insertion_sort", 0, "4242_1"), ("insertion_sort", 1, "4242_2")]
   assert m["jobs"][0]["stderr"] == f"{logs}/4242_0/4242_0_0_log.err"
+  # Jobs unpickle what is in _logs: private to the user who submits.
+  assert stat.S_IMODE(logs.stat().st_mode) == 0o700
 
   # Relaunch while the array is queued: nothing is submitted twice.
   fake_slurm["squeue_out"].write_text("4242_0|RUNNING\n4242_1|PENDING\n4242_2|PENDING\n")
