@@ -22,6 +22,7 @@ import subprocess
 import sys
 from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from nar_markov import quiet
 from nar_markov import runs
 
 MANIFEST_DIR = "_sweeps"
@@ -196,20 +197,22 @@ def _accounted_states(ids: Sequence[str]) -> Dict[str, str]:
   if not ids or shutil.which("sacct") is None:
     return {}
   import submitit  # pylint: disable=g-import-not-at-top
-  quiet = logging.getLogger("submitit")
-  level = quiet.level
-  # A cluster without accounting fails every sacct call: squeue answers instead.
-  quiet.setLevel(logging.ERROR)
+  # The watcher behind submitit's Job.state, a fresh one: no state cached from an
+  # earlier question in this process.
+  watcher = submitit.slurm.slurm.SlurmInfoWatcher()
+  for j in ids:
+    watcher.register_job(j)
+  logger = logging.getLogger("submitit")
+  level = logger.level
+  # A cluster without accounting fails every sacct call (submitit warns, sacct says why
+  # on fd 2): squeue answers instead.
+  logger.setLevel(logging.ERROR)
   try:
-    # The watcher behind submitit's Job.state, a fresh one: no state cached from an
-    # earlier question in this process.
-    watcher = submitit.slurm.slurm.SlurmInfoWatcher()
-    for j in ids:
-      watcher.register_job(j)
-    watcher.update()  # one sacct call for all
-    return {j: watcher.get_state(j, mode="cache").split(" ")[0] for j in ids}
+    with quiet.filtered_stderr(drop=lambda line: True):
+      watcher.update()  # one sacct call for all
   finally:
-    quiet.setLevel(level)
+    logger.setLevel(level)
+  return {j: watcher.get_state(j, mode="cache").split(" ")[0] for j in ids}
 
 
 def _squeue_states(ids: Sequence[str]) -> Dict[str, str]:

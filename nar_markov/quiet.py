@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 ENV_VERBOSE = "NAR_MARKOV_VERBOSE"
 
@@ -58,8 +58,8 @@ def is_banner(line: str) -> bool:
 
 
 @contextlib.contextmanager
-def filtered_stderr() -> Iterator[None]:
-  """Captures file descriptor 2 and writes back all but the banner lines."""
+def filtered_stderr(drop: Callable[[str], bool] = is_banner) -> Iterator[None]:
+  """Captures file descriptor 2 and writes back all but the lines to `drop` (banners)."""
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as captured:
@@ -72,7 +72,7 @@ def filtered_stderr() -> Iterator[None]:
       os.close(saved)
       captured.seek(0)
       text = captured.read().decode("utf-8", errors="replace")
-      kept = [l for l in text.splitlines(keepends=True) if not is_banner(l)]
+      kept = [l for l in text.splitlines(keepends=True) if not drop(l)]
       if kept:
         sys.stderr.write("".join(kept))
         sys.stderr.flush()

@@ -442,8 +442,9 @@ def test_two_sweeps_at_once_train_each_run_once(cluster, slurm, sweep_env, tmp_p
 
 
 def test_when_slurm_cannot_be_asked_nothing_is_submitted_twice(slurm, sweep_env, tmp_path):
-  """A queued job (held back an hour by --begin), then squeue fails (a controller
-  that cannot be reached): the sweep refuses to submit the run again, in one line."""
+  """A queued job (held back an hour by --begin), then squeue fails (the controller
+  cannot be reached): the sweep refuses to submit the run again, in one line.  Was:
+  the run counted as to do, and a second job was submitted without a word."""
   results = tmp_path / "results"
   args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
           "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]",
@@ -457,7 +458,13 @@ def test_when_slurm_cannot_be_asked_nothing_is_submitted_twice(slurm, sweep_env,
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.splitlines()[0].endswith("0 runs to submit, 0 already done, "
                                                  "1 already queued or running")
-    unreachable = dict(sweep_env, SLURM_CONF=str(tmp_path / "no_slurm.conf"))
+    # The cluster's configuration with a port no controller listens on.
+    conf = pathlib.Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    if not conf.is_file():
+      pytest.skip(f"no Slurm configuration at {conf} to make an unreachable copy of")
+    lines = [l for l in conf.read_text().splitlines() if not l.startswith("SlurmctldPort=")]
+    (tmp_path / "slurm.conf").write_text("\n".join(lines + ["SlurmctldPort=6899", ""]))
+    unreachable = dict(sweep_env, SLURM_CONF=str(tmp_path / "slurm.conf"))
     for extra in ([], ["--dry-run"]):
       proc = _sweep(args + extra, unreachable, tmp_path)
       assert proc.returncode == 2, proc.stdout + proc.stderr
