@@ -1,35 +1,22 @@
 """A sweep as a plain list of runs, its Slurm resources, and the one job class that trains them.
 
-launch/sweep.py expands gin files into `Run`s (model x algorithm x seed), skips
-those that are done (nar_markov.runs.check_result against `expected_definitions`:
-a result that reads back with the settings this sweep asks for), and submits the
-rest as one submitit job array of `Job`s.  A `Job` is `function(**kwargs)` with
-`function` a "module:name" string -- `TRAIN` (one run; with the gin macro
-SEEDS_PER_JOB = K > 1 up to K seeds of one algorithm in one process; with
-MULTITASK = True one processor on all ALGORITHMS per seed) or `CALIBRATE` (the
-lambda calibration of one algorithm) -- and kwargs of strings and ints only
-(absolute gin files, gin bindings, algorithms, seeds, results dir), so it
-pickles, prints and re-creates anywhere; it re-parses gin in the job's own
-process.
-
-Preemption and timeouts: submitit calls `Job.checkpoint()` on Slurm's signal,
-which resubmits the same call; the job then resumes from its checkpoints
-(nar_markov.experiment.run_experiment does that by itself: each run, or each
-multi-task job, from its own checkpoint.pkl), so the job object needs no state
-of its own.  A plain `scontrol requeue` (no signal to submitit) lands in the
-same place.
+The launcher (launch/) expands gin files into `Run`s, model x ALGORITHMS x SEEDS (the
+sweep's axes, `AXES`), and submits the runs that are not done as `Job`s: a function
+(`experiment.run_from_gin`, `calibrate.calibrate_from_gin`) called with strings and ints,
+so that a job pickles, prints and re-creates anywhere.  Requeue and preemption: docs/cluster.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import pathlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import re
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import submitit
 
+from nar_markov import calibrate
 from nar_markov import clrs30
 from nar_markov import config as config_lib
 from nar_markov import experiment
@@ -44,72 +31,85 @@ MAX_ARRAY_SIZE = 1000
 MIN_TIMEOUT_MIN = 5
 
 
-@gin.configurable
-def slurm_resources(partition: Optional[str] = None,
-                    gpus_per_task: int = 0,
-                    cpus_per_task: int = 2,
-                    mem_gb: float = 16,
-                    timeout_min: int = 240,
-                    array_parallelism: int = 64,
-                    max_num_timeout: int = 10,
-                    job_name: str = "nar_markov",
-                    setup: Sequence[str] = (
-                        "export XLA_PYTHON_CLIENT_PREALLOCATE=false",),
-                    additional_parameters: Optional[Dict[str, Any]] = None,
-                    ) -> Dict[str, Any]:
-  """Per-run Slurm resources as submitit executor parameters.
+@gin.configurable("slurm_resources")
+@dataclasses.dataclass(frozen=True)
+class SlurmResources:
+  """Resources of one job (one task of the sweep's array), gin: ``slurm_resources.*``.
 
   Bound in the Slurm section of gin/base.gin; override per sweep, e.g.
   ``--gin_param "slurm_resources.partition='gpu'"``.
 
-  Args:
-    partition: Slurm partition; None = the cluster's default partition.
-    gpus_per_task: GPUs per run (the paper's runs: 1; 0 trains on CPU).
-    cpus_per_task, mem_gb: CPU cores and host memory per run.
-    timeout_min: wall-clock limit of one attempt (>= MIN_TIMEOUT_MIN); a run
-      that needs longer is checkpointed and requeued (at most `max_num_timeout`
-      times).
-    array_parallelism: most tasks of the array running at once.
-    setup: shell lines run in the sbatch script before the job starts.
-    additional_parameters: extra sbatch flags, e.g. {'account': 'x', 'qos': 'y'}.
+  partition: None = the cluster's default.  gpus_per_task: the paper's runs take 1;
+  0 trains on CPU.  timeout_min: the limit of one attempt (>= MIN_TIMEOUT_MIN); a
+  longer run is checkpointed and requeued, at most `max_num_timeout` times.
+  array_parallelism: most tasks of an array running at once.  setup: shell lines
+  run before the job starts.  additional_parameters: more sbatch flags, e.g.
+  {'account': 'x', 'qos': 'y'}.
   """
-  def count(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-      raise ValueError(f"slurm_resources.{name} must be an int >= {minimum}, got {value!r}")
-    return value
+  partition: Optional[str] = None
+  gpus_per_task: int = 0
+  cpus_per_task: int = 2
+  mem_gb: float = 16
+  timeout_min: int = 240
+  array_parallelism: int = 64
+  max_num_timeout: int = 10
+  job_name: str = "nar_markov"
+  setup: Sequence[str] = ("export XLA_PYTHON_CLIENT_PREALLOCATE=false",)
+  additional_parameters: Optional[Dict[str, Any]] = None
 
-  for name, value, minimum in [("gpus_per_task", gpus_per_task, 0),
-                               ("cpus_per_task", cpus_per_task, 1),
-                               ("timeout_min", timeout_min, MIN_TIMEOUT_MIN),
-                               ("array_parallelism", array_parallelism, 1),
-                               ("max_num_timeout", max_num_timeout, 0)]:
-    count(name, value, minimum)
-  if isinstance(mem_gb, bool) or not isinstance(mem_gb, (int, float)) or not mem_gb > 0:
-    raise ValueError(f"slurm_resources.mem_gb must be a number > 0, got {mem_gb!r}")
-  if partition is not None and not isinstance(partition, str):
-    raise ValueError(f"slurm_resources.partition must be a string or None, got {partition!r}")
-  if isinstance(setup, str) or not all(isinstance(line, str) for line in setup):
-    raise ValueError(f"slurm_resources.setup must be a list of shell lines, got {setup!r}")
-  params = {
-      "timeout_min": int(timeout_min),
-      "cpus_per_task": int(cpus_per_task),
-      "mem_gb": float(mem_gb),
-      "tasks_per_node": 1,
-      "nodes": 1,
-      "name": job_name,
-      "slurm_array_parallelism": int(array_parallelism),
-      "slurm_max_num_timeout": int(max_num_timeout),
-      "slurm_setup": list(setup),
-      # A requeued run must be allowed back into the queue even where the
-      # cluster's JobRequeue default is 0.
-      "slurm_additional_parameters": {"requeue": True,
-                                      **dict(additional_parameters or {})},
-  }
-  if partition:
-    params["slurm_partition"] = partition
-  if int(gpus_per_task) > 0:
-    params["slurm_gpus_per_task"] = int(gpus_per_task)
-  return params
+  def __post_init__(self):
+    for name, minimum in [("gpus_per_task", 0), ("cpus_per_task", 1),
+                          ("timeout_min", MIN_TIMEOUT_MIN), ("array_parallelism", 1),
+                          ("max_num_timeout", 0)]:
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"slurm_resources.{name} must be an int >= {minimum}, got {value!r}")
+    mem = self.mem_gb
+    if isinstance(mem, bool) or not isinstance(mem, (int, float)) or not mem > 0:
+      raise ValueError(f"slurm_resources.mem_gb must be a number > 0, got {mem!r}")
+    if self.partition is not None and not isinstance(self.partition, str):
+      raise ValueError("slurm_resources.partition must be a string or None, got "
+                       f"{self.partition!r}")
+    if isinstance(self.setup, str) or not all(isinstance(l, str) for l in self.setup):
+      raise ValueError(f"slurm_resources.setup must be a list of shell lines, got {self.setup!r}")
+
+  def describe(self) -> str:
+    """One line, as --dry-run and the sweep print it."""
+    return (f"partition={self.partition or 'default'} cpus_per_task={self.cpus_per_task} "
+            f"mem_gb={float(self.mem_gb)} gpus_per_task={self.gpus_per_task} "
+            f"timeout_min={self.timeout_min} array_parallelism={self.array_parallelism}")
+
+  def executor_params(self) -> Dict[str, Any]:
+    """As submitit's executor parameters."""
+    params = {
+        "timeout_min": self.timeout_min, "cpus_per_task": self.cpus_per_task,
+        "mem_gb": float(self.mem_gb), "tasks_per_node": 1, "nodes": 1, "name": self.job_name,
+        "slurm_array_parallelism": self.array_parallelism,
+        "slurm_max_num_timeout": self.max_num_timeout, "slurm_setup": list(self.setup),
+        # A requeued run must be allowed back into the queue even where the
+        # cluster's JobRequeue default is 0.
+        "slurm_additional_parameters": {"requeue": True,
+                                        **dict(self.additional_parameters or {})},
+    }
+    if self.partition:
+      params["slurm_partition"] = self.partition
+    if self.gpus_per_task > 0:
+      params["slurm_gpus_per_task"] = self.gpus_per_task
+    return params
+
+
+@dataclasses.dataclass(frozen=True)
+class Job(submitit.helpers.Checkpointable):
+  """Every job of a sweep, on Slurm or here: `function(**kwargs)`.
+
+  Stateless: the inherited `checkpoint()` resubmits this same call, which resumes
+  from the checkpoints on disk.  `function` pickles by its module and name, so the
+  job's process imports it there (experiment and calibrate import no jax at first).
+  """
+  function: Callable[..., Any]
+
+  def __call__(self, kwargs: Dict[str, Any]):
+    return self.function(**kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +147,16 @@ class Run:
     return (self.model, self.algorithm, self.seed)
 
   @property
+  def trained_with(self) -> Tuple[str, ...]:
+    """The algorithms its job trains in one model (multi-task: all of the sweep's)."""
+    return self.job_algorithms if self.multitask else (self.algorithm,)
+
+  @property
+  def checkpoint_folder(self) -> pathlib.Path:
+    """Where its job keeps this seed's checkpoint (runs.job_folder)."""
+    return runs_lib.job_folder(self.results_dir, self.model, self.trained_with, self.seed)
+
+  @property
   def job_key(self):
     """Runs with the same key may be trained by the same job (`job_groups`)."""
     if self.multitask:
@@ -173,50 +183,60 @@ def job_groups(runs: Sequence[Run]) -> List[List[Run]]:
   return out
 
 
-# The functions a `Job` calls ("module:name"; imported in the job's process).
-TRAIN = "nar_markov.experiment:run_from_gin"
-CALIBRATE = "nar_markov.calibrate:calibrate_from_gin"
-
-
-class Job(submitit.helpers.Checkpointable):
-  """Every job of a sweep, on Slurm or local: `function(**kwargs)`.
-
-  `function` is a "module:name" string (`TRAIN`, `CALIBRATE`), imported when
-  the job runs, so that the launcher's process needs no jax.  Stateless: the
-  inherited `checkpoint()` resubmits this same call, which resumes from the
-  checkpoints on disk.
-  """
-
-  def __call__(self, function: str, kwargs: Dict[str, Any]):
-    module, name = function.split(":")
-    return getattr(importlib.import_module(module), name)(**kwargs)
-
-
-def job_call(group: Sequence[Run]) -> Tuple[Job, Tuple[str, Dict[str, Any]]]:
-  """(job, its arguments) that trains one group of `job_groups`: one run,
-  up to K seeds of one algorithm, or (multi-task) all algorithms of a seed."""
+def job_call(group: Sequence[Run]) -> Tuple[Job, Dict[str, Any]]:
+  """(job, its keyword arguments) that trains one group of `job_groups`: one run, up to
+  K seeds of one algorithm, or (multi-task) all algorithms of a seed."""
   run = group[0]
   if not run.multitask and run.seeds_per_job == 1 and len(group) != 1:
     raise ValueError(f"one job per run, got {[r.name for r in group]}")
-  seeds = list(dict.fromkeys(int(r.seed) for r in group))
-  algorithms = list(run.job_algorithms) if run.multitask else [run.algorithm]
-  return Job(), (TRAIN, dict(gin_files=list(run.gin_files), gin_params=list(run.gin_params),
-                             algorithms=algorithms, seeds=seeds,
-                             results_dir=run.results_dir, multitask=run.multitask))
+  return Job(experiment.run_from_gin), dict(
+      gin_files=list(run.gin_files), gin_params=list(run.gin_params),
+      algorithms=list(run.trained_with), seeds=list(dict.fromkeys(int(r.seed) for r in group)),
+      results_dir=run.results_dir, multitask=run.multitask)
+
+
+# The sweep's axes: sweep_axes' parameters, and the macros gin/base.gin binds them to
+# (a command line overrides the macros: --gin_param "SEEDS=[0,1]").
+AXES = {"algorithms": "ALGORITHMS", "seeds": "SEEDS", "seeds_per_job": "SEEDS_PER_JOB",
+        "multitask": "MULTITASK"}
 
 
 @gin.configurable
 def sweep_axes(algorithms: Sequence[str] = gin.REQUIRED, seeds: Sequence[int] = gin.REQUIRED,
                seeds_per_job: int = 1, multitask: bool = False) -> Dict[str, Any]:
-  """The sweep's axes as the gin files bind them; the launcher calls this.
+  """The sweep's axes as the gin files bind them (`AXES`); the launcher calls this.
 
-  gin/base.gin binds them to the macros ALGORITHMS, SEEDS, SEEDS_PER_JOB and
-  MULTITASK, which a command line overrides (--gin_param "SEEDS=[0,1]").
   seeds_per_job: K > 1 trains up to K seeds of one algorithm in one job.
   multitask: one job per seed trains one processor on all `algorithms`.
   """
   return dict(algorithms=algorithms, seeds=seeds, seeds_per_job=seeds_per_job,
               multitask=multitask)
+
+
+def _check_names(gin_params: Sequence[str]) -> None:
+  """gin takes a binding of a macro that nothing reads without a word (`SEDS=[0]`
+  trained the default seeds): a binding must name a macro the gin files define (or
+  one the bindings use), and sweep_axes.<name> one of its parameters.  Call with
+  the gin files parsed alone."""
+  known = ", ".join(f"{macro} (sweep_axes.{axis})" for axis, macro in AXES.items())
+  used = set(re.findall(r"%(\w+)", " ".join(gin_params)))
+  for param in gin_params:
+    for name in re.findall(r"^\s*([A-Za-z_][\w./]*)\s*=", param, re.M):
+      selector, _, arg = name.rpartition(".")
+      if not selector and name not in used and not _defines_macro(name):
+        raise ValueError(f"unknown macro {name!r} in --gin_param {param!r} (the gin files "
+                         f"define no such macro); the sweep's axes: {known}")
+      if selector.rpartition("/")[2] == "sweep_axes" and arg not in AXES:
+        raise ValueError(f"unknown sweep axis {name!r} in --gin_param {param!r}; the "
+                         f"sweep's axes: {known}")
+
+
+def _defines_macro(name: str) -> bool:
+  try:
+    gin.query_parameter(f"{name}/macro.value")
+  except ValueError:
+    return False
+  return True
 
 
 def _axes() -> Dict[str, Any]:
@@ -227,51 +247,14 @@ def _axes() -> Dict[str, Any]:
     raise ValueError(f"the sweep's axes are not set in the gin files (sweep_axes.*, "
                      f"gin/base.gin binds them to ALGORITHMS and SEEDS): {e}") from None
   k, multitask = axes["seeds_per_job"], axes["multitask"]
+  algorithms, seeds = axes["algorithms"], axes["seeds"]
   if isinstance(k, bool) or not isinstance(k, int) or k < 1:
     raise ValueError(f"SEEDS_PER_JOB must be an int >= 1, got {k!r}")
   if not isinstance(multitask, bool):
     raise ValueError(f"MULTITASK must be True or False, got {multitask!r}")
-  return axes
-
-
-def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
-                results_dir: str) -> List[Run]:
-  """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
-
-  Each run carries the macro SEEDS_PER_JOB (how `job_groups` packs them).
-  Raises ValueError (with the reason) for a missing gin file, an unknown or
-  malformed binding, a missing/unknown model, an unknown algorithm, bad seeds,
-  a bad SEEDS_PER_JOB (or one > 1 in a multi-task sweep), or an algorithm
-  G-ForgetNet has no lambda for -- before anything runs.
-  Leaves gin parsed, so `slurm_resources()` returns this sweep's resources.
-  """
-
-  config_lib.parse_gin(list(gin_files), list(gin_params))
-  files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
-
-  def query(key, what):
-    try:
-      return config_lib.bound_value(key)
-    except ValueError as e:
-      raise ValueError(f"{what} is not set in the gin files ({key}): {e}") from e
-
-  axes = _axes()
-  seeds_per_job, multitask = axes["seeds_per_job"], axes["multitask"]
-  query("run_experiment.model", "the model's label")
-  components = experiment.configured()
-  model = experiment.check_label(components["model"], components["net"],
-                                 components["penalty"])
-  if multitask != model.endswith(experiment.MULTITASK_SUFFIX):
-    raise ValueError(
-        f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
-        f"sweep (gin/multitask.gin) trains a '*{experiment.MULTITASK_SUFFIX}' label, a "
-        "single-task sweep any other")
-  if multitask and seeds_per_job > 1:
-    raise ValueError(
-        f"SEEDS_PER_JOB = {seeds_per_job}: several seeds per job is not "
-        "supported for multi-task sweeps (one job per seed there); "
-        "set SEEDS_PER_JOB = 1")
-  algorithms, seeds = axes["algorithms"], axes["seeds"]
+  if multitask and k > 1:
+    raise ValueError(f"SEEDS_PER_JOB = {k}: several seeds per job is not supported for "
+                     "multi-task sweeps (one job per seed there); set SEEDS_PER_JOB = 1")
   if isinstance(algorithms, str) or not isinstance(algorithms, (list, tuple)):
     raise ValueError(f"ALGORITHMS must be a list of names, got {algorithms!r}")
   if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)):
@@ -281,32 +264,60 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   bad_seeds = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
   if bad_seeds:
     raise ValueError(f"SEEDS must be ints >= 0, got {bad_seeds!r}")
-  algorithms = [clrs30.check_algorithm(a) for a in algorithms]
-  for dupes, what in [(algorithms, "ALGORITHMS"), (seeds, "SEEDS")]:
-    if len(set(dupes)) != len(dupes):
-      raise ValueError(f"{what} has duplicates: {dupes!r}")
+  axes["algorithms"] = [clrs30.check_algorithm(a) for a in algorithms]
+  for values, what in [(axes["algorithms"], "ALGORITHMS"), (seeds, "SEEDS")]:
+    if len(set(values)) != len(values):
+      raise ValueError(f"{what} has duplicates: {values!r}")
+  return axes
 
-  # The components (net, protocol, penalty) and G-ForgetNet's per-algorithm
-  # lambda: refuse a bad one here rather than in N jobs.  A lambda from
-  # calibration records (gin/gforget.gin) is checked by `calibration_plan`, which
-  # the sweep makes first where missing.
-  penalty = components["penalty"]
-  if multitask or not experiment.needs_calibration(penalty):
-    for a in algorithms:  # lambda bound by hand: check it all
+
+def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
+                results_dir: str) -> List[Run]:
+  """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
+
+  Raises ValueError, with the reason in one line, for a missing gin file, an unknown
+  or malformed binding, macro or axis, a missing or unknown model, an unknown
+  algorithm, bad seeds or SEEDS_PER_JOB, or an algorithm G-ForgetNet has no lambda
+  for -- before anything runs.  Leaves gin parsed, so `SlurmResources()` is this
+  sweep's.
+  """
+  try:
+    config_lib.parse_gin(list(gin_files))
+    _check_names(gin_params)
+    config_lib.parse_gin(list(gin_files), list(gin_params))
+  except ValueError as e:
+    raise ValueError(" ".join(str(e).split())) from None  # gin's messages span lines
+  try:
+    config_lib.bound_value("run_experiment.model")
+  except ValueError as e:
+    raise ValueError("the model's label is not set in the gin files "
+                     f"(run_experiment.model): {e}") from None
+  files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
+  axes = _axes()
+  components = experiment.configured()
+  model = experiment.check_label(components["model"], components["net"],
+                                 components["penalty"])
+  multitask = axes["multitask"]
+  if multitask != model.endswith(experiment.MULTITASK_SUFFIX):
+    raise ValueError(
+        f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
+        f"sweep (gin/multitask.gin) trains a '*{experiment.MULTITASK_SUFFIX}' label, a "
+        "single-task sweep any other")
+  algorithms = axes["algorithms"]
+  # The components and a lambda bound by hand: refused here rather than in N jobs.  A
+  # lambda from calibration records is `calibration_plan`'s.
+  if multitask or not experiment.needs_calibration(components["penalty"]):
+    for a in algorithms:
       experiment.run_definition_from_gin(a, results_dir,
                                          algorithms=algorithms if multitask else None)
-  slurm_resources()  # validates the Slurm section's values
-
-  results_dir = str(pathlib.Path(results_dir).expanduser().resolve())
+  SlurmResources()  # validates the Slurm section's values
+  common = dict(model=model, gin_files=files, gin_params=tuple(gin_params),
+                results_dir=str(pathlib.Path(results_dir).expanduser().resolve()))
   if multitask:  # one job per seed: runs seed by seed
-    return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
-                gin_params=tuple(gin_params), results_dir=results_dir, multitask=True,
-                job_algorithms=tuple(algorithms))
-            for s in seeds for a in algorithms]
-  return [Run(model=model, algorithm=a, seed=int(s), gin_files=files,
-              gin_params=tuple(gin_params), results_dir=results_dir,
-              seeds_per_job=seeds_per_job)
-          for a in algorithms for s in seeds]
+    return [Run(algorithm=a, seed=int(s), multitask=True, job_algorithms=tuple(algorithms),
+                **common) for s in axes["seeds"] for a in algorithms]
+  return [Run(algorithm=a, seed=int(s), seeds_per_job=axes["seeds_per_job"], **common)
+          for a in algorithms for s in axes["seeds"]]
 
 
 def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
@@ -344,10 +355,11 @@ class Calibration:
     return lambda_heuristic.record_path(self.results_dir, self.reading, self.algorithm,
                                         self.scope)
 
-  def job_args(self) -> Tuple[str, Dict[str, Any]]:
-    """The arguments of `Job.__call__`."""
-    return (CALIBRATE, dict(gin_files=list(self.gin_files), gin_params=list(self.gin_params),
-                            algorithm=self.algorithm, results_dir=self.results_dir))
+  def job_call(self) -> Tuple[Job, Dict[str, Any]]:
+    """(job, its keyword arguments) that makes this calibration's record."""
+    return Job(calibrate.calibrate_from_gin), dict(
+        gin_files=list(self.gin_files), gin_params=list(self.gin_params),
+        algorithm=self.algorithm, results_dir=self.results_dir)
 
 
 def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, dict], List[str]]:

@@ -1,21 +1,8 @@
 """A sweep's planned cost (runs x steps, hours, validation/test share, memory), without jax.
 
-`launch/sweep.py --dry-run` prints `format_estimate(...)`. The hours are ESTIMATES
-from CPU figures measured on this project's 2-core machine (`cost_cpu.json`); a
-GPU node is faster by an unmeasured factor, and `settings["steps_per_s"]` (a
-training speed you measured, e.g. from a first run's result.json) replaces the
-training-speed model.
-
-The model: a training step at n nodes costs k_alg * T(n) * n^2 seconds at batch
-32 and hidden 128 (T: the algorithm's hint-trajectory length,
-`clrs30_trajectory_lengths.json`), k_alg fitted to the measured step times of
-each train size (median k of the measured algorithms for the others), scaled
-linearly in batch and hidden; the train sizes are drawn equally often. An
-evaluation sample is forward only: EVAL_FRACTION of a training sample at its
-own n and T (validation: 16 nodes, every `eval_every_steps` and at the end;
-test: 64 nodes, once). EVAL_FRACTION comes from floyd_warshall's measured OOD
-test pass. Memory is a class, from the size of one step's [B, T, N, N, H]
-activations at the largest train size (not measured).
+`launch/sweep.py --dry-run` prints `format_estimate(...)`: ESTIMATES from CPU step times
+measured on this project's 2-core machine (`cost_cpu.json`); the model behind them is in
+docs/cluster.md ("What a sweep costs").
 """
 
 from __future__ import annotations

@@ -7,9 +7,11 @@
 RUN_DIR holds `params.npz` (nar_markov.params_io: best-validation parameters, net config,
 metadata) and the run's `result.json` (algorithm, model, seed). A multi-task model's metadata
 lists its `algorithms` (the order of `algorithm_index`); the run folder's algorithm, or
---algorithm, picks the one scored. Without --nodes the official
-split is scored (default test: 64 nodes, the paper's OOD number, so a run's own test_score is
-reproduced). --nodes scores freshly sampled graphs of each size instead, drawn as the official
+--algorithm, picks the one scored. Without --nodes the official split is scored (default test:
+64 nodes, the paper's OOD number), all of it unless --max-samples N. A run was tested on
+`Protocol.test_max_samples` of it (all when None): the output says which split, size and
+sample count it scored and whether that is how the run was tested (then its test_score is
+reproduced), else which --max-samples would be. --nodes scores freshly sampled graphs of each size instead, drawn as the official
 dataset builder draws a split (`clrs.build_sampler(alg, seed, num_samples, length=n)`, the
 test split's sample count unless --max-samples, then run.py's preprocessing): e.g. how far
 out of distribution a model still holds. One line per size; --json writes them all.
@@ -17,7 +19,7 @@ out of distribution a model still holds. One line per size; --json writes them a
 --hints also scores the model's hint predictions step by step, as it runs at test time (each
 step fed the previous step's own predictions): clrs.evaluate_hints's per-step accuracy of every
 hint, over the trajectories that reach that step. It shows where along a trajectory a model
-starts to go wrong (issue 17: error accumulating over the steps, the paper's Appendix C
+starts to go wrong (error accumulating over the steps, the paper's Appendix C
 argument). One line per hint; --json keeps every step.
 
 --update-gate also measures the Triplet-GMPNN processor's own update gate u (dm-clrs: out =
@@ -38,7 +40,7 @@ import argparse
 import json
 import pathlib
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from nar_markov import params_io
 
@@ -153,6 +155,11 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
     scores.append(entry)
     log(f"{algorithm} {t['source']} nodes={t['nb_nodes']} samples={n} "
         f"score={res['score']:.4f}")
+    if t["source"] == "test":
+      said = as_the_run_was_tested(run["result"], entry, data.nb_samples_of(feedback))
+      if said:
+        entry["as_tested"], line = said
+        log(line)
     if hints:
       entry["hints"] = hint_accuracy(model, params, feedback, index, bs, max_samples)
       for name, h in entry["hints"].items():
@@ -180,6 +187,26 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
       "result_test_score": result.get("test_score"),
       "scores": scores,
   }
+
+
+def as_the_run_was_tested(result: Mapping[str, Any], entry: Mapping[str, Any],
+                          split_size: int) -> Optional[Tuple[bool, str]]:
+  """(whether `entry`, a score of the test split, was scored as the run's own test was,
+  a line saying so); None for a run whose result.json records no settings or score.
+  The run tested the first `Protocol.test_max_samples` samples of the split (all: None)."""
+  settings, score = result.get("settings"), result.get("test_score")
+  if not isinstance(settings, dict) or score is None:
+    return None
+  cap = settings.get("test_max_samples")
+  tested = min(split_size, cap or split_size)
+  if entry["num_samples"] == tested:
+    return True, (f"  as the run's test: the test split, {entry['nb_nodes']} nodes, {tested} "
+                  f"samples (its test_score {score})")
+  how = (f"Protocol.test_max_samples = {cap}" if cap else "all of them")
+  again = f"--max-samples {tested}" if cap else "no --max-samples"
+  return False, (f"  not the run's test: its test_score {score} was on the test split, "
+                 f"{entry['nb_nodes']} nodes, {tested} samples ({how}); {again} scores as "
+                 "it did")
 
 
 def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int,
@@ -428,8 +455,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        sample_seed=args.sample_seed, cache_dir=args.cache_dir,
                        algorithm=args.algorithm, hints=args.hints,
                        update_gate=args.update_gate, history_gate=args.history_gate)
-  except RunMismatch as e:
-    parser.error(str(e))
+  except (RunMismatch, params_io.UnreadableParams) as e:
+    parser.exit(2, f"evaluate: error: {e}\n")
   if args.json:
     train.atomic_write_bytes(pathlib.Path(args.json),
                              json.dumps(train.jsonable(out), indent=1).encode())

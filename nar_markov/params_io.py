@@ -14,6 +14,8 @@ import io
 import json
 import math
 import pathlib
+import zipfile
+import zlib
 from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
@@ -22,6 +24,10 @@ from nar_markov import runs
 
 FORMAT = "nar_markov.params/1"
 HEADER_KEY = "__nar_markov__"
+
+
+class UnreadableParams(ValueError):
+  """A file that is not a params file of ours, was cut short, or would need pickle."""
 
 
 def _json_value(x):
@@ -85,18 +91,22 @@ def save_params(path, params, net_config: Mapping[str, Any], meta: Mapping[str, 
 def load_params(path) -> Tuple[Dict[str, Dict[str, np.ndarray]], Dict[str, Any], Dict[str, Any]]:
   """(params as {module: {param: np.ndarray}}, net_config dict, meta dict) of `path`.
 
-  ValueError for a file that is not ours or needs pickle (object arrays).
+  UnreadableParams (a ValueError) for a file that is not ours, needs pickle (object
+  arrays) or was cut short.
   """
   flat = {}
-  with np.load(path, allow_pickle=False) as npz:
-    if HEADER_KEY not in npz.files:
-      raise ValueError(f"{path} has no {HEADER_KEY!r} entry: not a nar_markov params file")
-    for key in npz.files:  # read everything now, so a pickled entry fails here
-      flat[key] = npz[key]
+  try:
+    with np.load(path, allow_pickle=False) as npz:
+      for key in npz.files:  # read everything now, so a pickled entry fails here
+        flat[key] = npz[key]
+  except (ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise UnreadableParams(f"{path} is not a readable parameters file ({e!r})") from None
+  if HEADER_KEY not in flat:
+    raise UnreadableParams(f"{path} has no {HEADER_KEY!r} entry: not a nar_markov params file")
   header = json.loads(str(flat.pop(HEADER_KEY)))
   if header.get("format") != FORMAT:
-    raise ValueError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
+    raise UnreadableParams(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
   return unflatten(flat), header["net_config"], header["meta"]
 
 
-__all__ = ["FORMAT", "save_params", "load_params", "flatten", "unflatten"]
+__all__ = ["FORMAT", "UnreadableParams", "save_params", "load_params", "flatten", "unflatten"]

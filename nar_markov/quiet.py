@@ -1,26 +1,8 @@
 """Quiet start-up for command-line entry points: no TensorFlow/absl banners unless -v.
 
-dm-clrs imports TensorFlow for its dataset code. TensorFlow >= 2.20 logs through
-absl before `absl::InitializeLog()` is called, which writes straight to file
-descriptor 2 and ignores TF_CPP_MIN_LOG_LEVEL: every start printed
-
-  WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
-  I0000 ... port.cc:153] oneDNN custom operations are on. ...
-  I0000 ... cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
-
-(twice: two TensorFlow libraries), and dm-clrs's sampler adds the absl warning
-"Sampling dataset on-the-fly, unlimited samples." for every training stream.
-
-`setup()` must run before anything imports clrs or tensorflow. It installs an
-import hook that runs TensorFlow's import with file descriptor 2 captured, and
-writes back every captured line except the known banners (warnings, errors and
-anything unknown still show), and drops the listed absl messages. With -v /
---verbose (or NAR_MARKOV_VERBOSE=1, which -v sets for child processes) it
-changes nothing and turns absl's Python logging up to INFO.
-
-  if __name__ == "__main__":   # before `import clrs`
-    from nar_markov import quiet
-    quiet.setup()
+dm-clrs imports TensorFlow, whose absl logging writes start-up banners straight to file
+descriptor 2 (TF_CPP_MIN_LOG_LEVEL does not stop them); `setup()`, called before clrs is
+imported, keeps them out and lets warnings, errors and anything unknown through.
 """
 
 from __future__ import annotations
@@ -33,7 +15,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 ENV_VERBOSE = "NAR_MARKOV_VERBOSE"
 
@@ -76,8 +58,8 @@ def is_banner(line: str) -> bool:
 
 
 @contextlib.contextmanager
-def filtered_stderr() -> Iterator[None]:
-  """Captures file descriptor 2 and writes back all but the banner lines."""
+def filtered_stderr(drop: Callable[[str], bool] = is_banner) -> Iterator[None]:
+  """Captures file descriptor 2 and writes back all but the lines to `drop` (banners)."""
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as captured:
@@ -90,7 +72,7 @@ def filtered_stderr() -> Iterator[None]:
       os.close(saved)
       captured.seek(0)
       text = captured.read().decode("utf-8", errors="replace")
-      kept = [l for l in text.splitlines(keepends=True) if not is_banner(l)]
+      kept = [l for l in text.splitlines(keepends=True) if not drop(l)]
       if kept:
         sys.stderr.write("".join(kept))
         sys.stderr.flush()
@@ -136,9 +118,19 @@ class _DropMessages(logging.Filter):
 def setup(argv: Optional[Sequence[str]] = None) -> bool:
   """Silences the start-up banners unless -v; returns whether verbose.
 
-  Call first thing in an entry point, before clrs/tensorflow are imported.
-  Idempotent; affects this process only (and, with -v, NAR_MARKOV_VERBOSE=1 in
-  the environment children inherit).
+  Call first thing in an entry point, before clrs/tensorflow are imported::
+
+    if __name__ == "__main__":   # before `import clrs`
+      from nar_markov import quiet
+      quiet.setup()
+
+  It installs an import hook that runs TensorFlow's import with file descriptor 2
+  captured and writes back every captured line but the known banners (`_BANNERS`:
+  "All log messages before absl::InitializeLog() ...", oneDNN and CUDA notices,
+  twice: two TensorFlow libraries), and drops dm-clrs's absl warning "Sampling
+  dataset on-the-fly" of every training stream.  With -v / --verbose (or
+  NAR_MARKOV_VERBOSE=1, which -v sets for child processes) it changes nothing and
+  turns absl's Python logging up to INFO.  Idempotent; affects this process only.
   """
   global _installed
   verbose = wants_verbose(argv)

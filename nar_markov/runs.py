@@ -36,6 +36,8 @@ import socket
 import sys
 import tempfile
 import time
+import zipfile
+import zlib
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -148,14 +150,15 @@ def write_state(path, state: Mapping[str, Any]) -> None:
   atomic_write_bytes(path, buf.getvalue())
 
 
-def read_state(path) -> Any:
+def read_state(path, arrays: bool = True) -> Any:
   """The state `write_state` wrote at `path` (np.load with allow_pickle=False);
-  ValueError for a file that is not one."""
+  ValueError for a file that is not one, or was cut short.  `arrays=False` reads
+  only its JSON part (arrays come back as None): cheap, for a look at its record."""
   try:
     with np.load(path, allow_pickle=False) as z:
       doc = json.loads(str(z["__state__"]))
-      arrays = {k: z[k] for k in z.files if k != "__state__"}
-  except (OSError, KeyError, ValueError, EOFError) as e:
+      stored = {k: z[k] for k in z.files if k != "__state__"} if arrays else {}
+  except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
     raise ValueError(f"{path} is not a readable state file: {e!r}") from None
   if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
     raise ValueError(f"{path}: unknown state format {doc.get('format') if isinstance(doc, dict) else doc!r}")
@@ -163,7 +166,7 @@ def read_state(path) -> Any:
   def decode(x):
     if isinstance(x, dict):
       if set(x) == {"__array__"}:
-        return arrays[x["__array__"]]
+        return stored.get(x["__array__"])
       if set(x) == {"__tuple__"}:
         return tuple(decode(v) for v in x["__tuple__"])
       return {k: decode(v) for k, v in x.items()}
@@ -276,8 +279,8 @@ def format_mismatch(diffs: Sequence[Tuple[str, Any, Any]], theirs: str = "result
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-  state: str                      # done | diverged | missing | corrupt | other
-  path: pathlib.Path              # the result.json
+  state: str                      # done | diverged | missing | corrupt | other (| resume)
+  path: pathlib.Path              # the result.json (check_checkpoint: the checkpoint)
   detail: str = ""
   result: Optional[dict] = None   # the parsed result (done, diverged, other)
 
@@ -313,6 +316,40 @@ def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None) -> Ve
                  result)
 
 
+def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> Verdict:
+  """What the trainer will make of the checkpoint in `folder` (a run folder, or a
+  multi-task job's) for the job whose definitions are `expected` (one per
+  algorithm, with the seed), read without its arrays:
+
+    missing   there is none;
+    corrupt   unreadable: the trainer moves it aside and trains from step 0;
+    other     written for other algorithms or settings: the trainer refuses it
+              and keeps it, so a job for it is bound to fail;
+    resume    the job will continue from it.
+  """
+  path = pathlib.Path(folder) / CHECKPOINT_NAME
+  if not path.exists():
+    return Verdict("missing", path, "no checkpoint")
+  try:
+    state = read_state(path, arrays=False)
+  except ValueError as e:
+    return Verdict("corrupt", path, f"{e}; the job moves it aside and trains from step 0")
+  algorithms = [d["algorithm"] for d in expected]
+  if state.get("algorithms") != algorithms:
+    return Verdict("other", path, f"checkpoint {path} is for algorithms "
+                   f"{state.get('algorithms')}, this run is on {algorithms}")
+  recorded = state.get("definitions") or []
+  # Written before the history policy was part of a definition: the label pinned it.
+  recorded = [dict(r, history=r.get("history", e.get("history")))
+              for r, e in zip(recorded, expected)]
+  diffs = [d for r, e in zip(recorded, expected) for d in definition_mismatch(r, e)]
+  if diffs:
+    return Verdict("other", path, f"checkpoint {path} was written with "
+                   + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
+                   + ", ".join(f"{k}={b!r}" for k, _, b in diffs))
+  return Verdict("resume", path, f"resumes from step {state.get('step')}")
+
+
 def refuse_other_settings(verdicts) -> None:
   """ValueError listing the results made with other settings (the trainers'
   check before touching a run folder; the sweep lists them itself)."""
@@ -344,6 +381,22 @@ def archive_run(results_dir, run_folder) -> pathlib.Path:
   target.parent.mkdir(parents=True, exist_ok=True)
   os.rename(run_folder, target)
   return target
+
+
+def check_results_folder(results_dir) -> pathlib.Path:
+  """`results_dir`, resolved, where a sweep can write; else ValueError, one line: a
+  file, a parent that is missing (the folder itself may be new), or a folder
+  this user cannot write to (permissions, a read-only file system)."""
+  path = pathlib.Path(results_dir).expanduser().resolve()
+  if path.exists() and not path.is_dir():
+    raise ValueError(f"{path} is a file, not a folder")
+  if not path.exists() and not path.parent.is_dir():
+    raise ValueError(f"{path}: its parent {path.parent} is not an existing folder")
+  for folder in (path, path / pathlib.Path(SWEEP_LOCK).parent):
+    target = folder if folder.exists() else folder.parent
+    if target.exists() and not os.access(target, os.W_OK | os.X_OK, effective_ids=True):
+      raise ValueError(f"{path} is not writable" + (f" ({target})" if target != path else ""))
+  return path
 
 
 def result_files(results_dir) -> List[pathlib.Path]:

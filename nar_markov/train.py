@@ -1135,11 +1135,13 @@ def empty_curves():
 
 def load_checkpoint(path: pathlib.Path):
   """The training state saved at `path` (runs.read_state: no code is executed
-  on load); None where there is none, or it was cut short by a kill."""
+  on load); None where there is none, or it was cut short by a kill (then it is
+  moved aside, kept, and the run starts over)."""
   if not path.exists():
     return None
   try:
     return runs.read_state(path)
   except ValueError as e:  # a checkpoint cut short by a kill: start over, loudly
-    log(f"WARNING: unreadable checkpoint {path} ({e}); starting from step 0")
+    log(f"WARNING: unreadable checkpoint {path} ({e}); moved aside to "
+        f"{runs.move_aside(path)}; starting from step 0")
     return None

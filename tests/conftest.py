@@ -58,8 +58,9 @@ def _write_exe(path: pathlib.Path, text: str) -> None:
 
 @pytest.fixture
 def fake_slurm(tmp_path, monkeypatch):
-  """sbatch/squeue/srun stand-ins on PATH: sbatch keeps each script it is given
-  and answers job 4242, 4243, ...; squeue prints the file `squeue.out`."""
+  """sbatch/squeue/sacct/srun stand-ins on PATH: sbatch keeps each script it is given
+  and answers job 4242, 4243, ...; squeue prints the file `squeue.out`; sacct fails
+  (no accounting) unless `sacct.out` holds its answer."""
   bin_dir = tmp_path / "fake_bin"
   bin_dir.mkdir()
   calls = tmp_path / "sbatch_calls"
@@ -75,8 +76,15 @@ def fake_slurm(tmp_path, monkeypatch):
   squeue_out = tmp_path / "squeue.out"
   squeue_out.write_text("")
   _write_exe(bin_dir / "squeue", f"cat {squeue_out}\n")
+  # A cluster without accounting (as launch/local_slurm.sh's), unless a test writes
+  # sacct's answer to `sacct.out`.
+  sacct_out = tmp_path / "sacct.out"
+  _write_exe(bin_dir / "sacct", f"""\
+      [ -s {sacct_out} ] && exec cat {sacct_out}
+      echo "Slurm accounting storage is disabled" >&2; exit 1
+      """)
   monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-  return {"calls": calls, "squeue_out": squeue_out}
+  return {"calls": calls, "squeue_out": squeue_out, "sacct_out": sacct_out}
 
 
 # The settings of gin/smoke.gin runs and of gin/multitask.gin runs on

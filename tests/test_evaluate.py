@@ -314,3 +314,56 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   with pytest.raises(SystemExit):
     evaluate.main([str(baseline_dir), "--history-gate"])
   assert "is a 'full' model" in capsys.readouterr().err
+
+
+# --- what was scored, and how the run was tested ---------------------------------------------
+
+
+def test_a_truncated_params_file_is_one_line(saved_run, tmp_path, capsys):
+  """Was: a zipfile.BadZipFile traceback."""
+  from nar_markov import evaluate
+
+  run_dir, _, _ = saved_run
+  cut_dir = tmp_path / "gforget" / ALGORITHM / "seed5"
+  cut_dir.mkdir(parents=True)
+  whole = (run_dir / "params.npz").read_bytes()
+  (cut_dir / "params.npz").write_bytes(whole[:len(whole) // 2])
+  with pytest.raises(ValueError, match="is not a readable parameters file"):
+    params_io.load_params(cut_dir / "params.npz")
+  with pytest.raises(SystemExit) as exit_info:
+    evaluate.main([str(cut_dir)])
+  assert exit_info.value.code == 2
+  (line,) = capsys.readouterr().err.splitlines()
+  assert line.startswith(f"evaluate: error: {cut_dir / 'params.npz'} is not a readable "
+                         "parameters file"), line
+
+
+def test_evaluate_says_what_it_scored_and_how_the_run_was_tested(saved_run, tmp_path, capsys):
+  """Without --max-samples the whole split is scored; a run tested on fewer samples
+  (Protocol.test_max_samples) has a test_score that this does not reproduce."""
+  from nar_markov import data
+  from nar_markov import evaluate
+
+  run_dir, _, _ = saved_run
+  tested = tmp_path / "gforget" / ALGORITHM / "seed5"
+  tested.mkdir(parents=True)
+  (tested / "params.npz").write_bytes((run_dir / "params.npz").read_bytes())
+  (tested / "result.json").write_text(json.dumps(
+      {"schema": "nar_markov.result/1", "model": "gforget", "algorithm": ALGORITHM, "seed": 5,
+       "test_score": 0.25, "settings": {"test_max_samples": SAMPLES}}))
+  whole = data.nb_samples_of(data.load_split(ALGORITHM, "test"))
+  assert whole > SAMPLES
+
+  assert evaluate.main([str(tested), "--batch-size", str(SAMPLES)]) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0].startswith(f"{ALGORITHM} test nodes=64 samples={whole} score=")
+  assert out[1] == (f"  not the run's test: its test_score 0.25 was on the test split, 64 "
+                    f"nodes, {SAMPLES} samples (Protocol.test_max_samples = {SAMPLES}); "
+                    f"--max-samples {SAMPLES} scores as it did")
+
+  assert evaluate.main([str(tested), "--max-samples", str(SAMPLES),
+                        "--batch-size", str(SAMPLES)]) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0].startswith(f"{ALGORITHM} test nodes=64 samples={SAMPLES} score=")
+  assert out[1] == (f"  as the run's test: the test split, 64 nodes, {SAMPLES} samples "
+                    "(its test_score 0.25)")

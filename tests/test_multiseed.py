@@ -19,7 +19,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
   sys.path.insert(0, str(REPO_ROOT))
 
-from launch import status as status_lib  # pylint: disable=wrong-import-position
+from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import cluster  # pylint: disable=wrong-import-position
 from nar_markov import data  # pylint: disable=wrong-import-position
@@ -260,33 +260,35 @@ def test_job_groups_pack_up_to_k_seeds_of_one_algorithm(tmp_path):
   groups = cluster.job_groups(todo)
   assert [(g[0].algorithm, [r.seed for r in g]) for g in groups] == [
       ("bfs", [0, 2]), ("bfs", [3, 4]), ("dfs", [0, 1]), ("dfs", [2, 3]), ("dfs", [4])]
-  job, args = cluster.job_call(groups[-1])
-  assert isinstance(job, cluster.Job)
-  assert args == (cluster.TRAIN, dict(
+  job, kwargs = cluster.job_call(groups[-1])
+  assert job == cluster.Job(experiment.run_from_gin)
+  assert kwargs == dict(
       gin_files=list(runs[0].gin_files), gin_params=list(runs[0].gin_params),
-      algorithms=["dfs"], seeds=[4], results_dir=str(tmp_path.resolve()), multitask=False))
-  assert cluster.job_call(groups[0])[1][1]["seeds"] == [0, 2]
+      algorithms=["dfs"], seeds=[4], results_dir=str(tmp_path.resolve()), multitask=False)
+  assert cluster.job_call(groups[0])[1]["seeds"] == [0, 2]
   # The default (gin/base.gin: SEEDS_PER_JOB = 1): one job per run.
   runs1 = cluster.expand_runs(["gin/forget.gin", "gin/smoke.gin"], ["SEEDS=[0,1]"],
                               str(tmp_path))
   assert [len(g) for g in cluster.job_groups(runs1)] == [1, 1, 1, 1]
-  assert cluster.job_call(cluster.job_groups(runs1)[0])[1][1]["seeds"] == [0]
+  assert cluster.job_call(cluster.job_groups(runs1)[0])[1]["seeds"] == [0]
 
 
 def test_the_job_pickles_calls_its_function_and_resubmits_the_same_call(monkeypatch):
   seen = []
+  pickled = pickle.dumps(cluster.Job(experiment.run_from_gin))
   monkeypatch.setattr(experiment, "run_from_gin",
                       lambda gin_files, gin_params, **kwargs: seen.append(
                           (gin_files, gin_params, kwargs))
                       or ["x", "y"])
-  job = pickle.loads(pickle.dumps(cluster.Job()))
+  # Pickled by name: the job's process calls what experiment.run_from_gin is there.
+  job = pickle.loads(pickled)
   kwargs = dict(gin_files=["/abs/a.gin"], gin_params=["SEEDS_PER_JOB=2"],
                 algorithms=["bfs"], seeds=[3, 5], results_dir="/abs/r", multitask=False)
-  assert job(cluster.TRAIN, kwargs) == ["x", "y"]
+  assert job(kwargs) == ["x", "y"]
   assert seen == [(["/abs/a.gin"], ["SEEDS_PER_JOB=2"], dict(
       algorithms=["bfs"], seeds=[3, 5], results_dir="/abs/r", multitask=False))]
-  delayed = job.checkpoint(cluster.TRAIN, kwargs)
-  assert delayed.function is job and delayed.args == (cluster.TRAIN, kwargs)
+  delayed = job.checkpoint(kwargs)
+  assert delayed.function is job and delayed.args == (kwargs,)
 
 
 def test_dry_run_lists_the_k_seed_jobs(write_result, tmp_path, fake_slurm, capsys):
@@ -327,7 +329,7 @@ def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_slurm, capsys):
       ["4242_1", "baseline/bfs/seed2"],
       ["4242_2", "baseline/insertion_sort/seed0, baseline/insertion_sort/seed1"],
       ["4242_3", "baseline/insertion_sort/seed2"]]
-  jobs = status_lib.read_manifests(results)[0]["jobs"]
+  jobs = jobs_lib.read_manifests(results)[0]["jobs"]
   assert [(j["algorithm"], j["seed"], j["job_id"]) for j in jobs] == [
       ("bfs", 0, "4242_0"), ("bfs", 1, "4242_0"), ("bfs", 2, "4242_1"),
       ("insertion_sort", 0, "4242_2"), ("insertion_sort", 1, "4242_2"),
@@ -335,8 +337,8 @@ def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_slurm, capsys):
   # What each array task will call: submitit's pickled (function, args).
   with open(results / "_logs" / "4242_2" / "4242_2_submitted.pkl", "rb") as f:
     delayed = pickle.load(f)
-  assert isinstance(delayed.function, cluster.Job) and delayed.args[0] == cluster.TRAIN
-  kwargs = delayed.args[1]
+  assert delayed.function == cluster.Job(experiment.run_from_gin)
+  (kwargs,) = delayed.args
   assert (kwargs["algorithms"], kwargs["seeds"], kwargs["results_dir"]) == (
       ["insertion_sort"], [0, 1], str(results.resolve()))
 

@@ -23,7 +23,9 @@ if str(REPO_ROOT) not in sys.path:
   sys.path.insert(0, str(REPO_ROOT))
 
 from conftest import SMOKE_SETTINGS  # pylint: disable=wrong-import-position  (tests/ is on sys.path)
+from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
 from launch import status as status_lib  # pylint: disable=wrong-import-position
+from launch import submit  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import config  # pylint: disable=wrong-import-position
 from nar_markov import experiment  # pylint: disable=wrong-import-position
@@ -246,7 +248,7 @@ def test_two_sweeps_at_once_submit_each_run_once(tmp_path, fake_slurm, data_cach
       "sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; 4 runs to submit, "
       "0 already done"], outs
   assert len(_scripts(fake_slurm)) == 1
-  jobs = [j for m in status_lib.read_manifests(results) for j in m["jobs"]]
+  jobs = [j for m in jobs_lib.read_manifests(results) for j in m["jobs"]]
   assert sorted((j["algorithm"], j["seed"], j["job_id"]) for j in jobs) == [
       ("bfs", 0, "4242_0"), ("bfs", 1, "4242_1"), ("insertion_sort", 0, "4242_2"),
       ("insertion_sort", 1, "4242_3")]
@@ -256,17 +258,17 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
   """While sbatch runs, the runs are in the manifest, planned, and count as
   queued for anyone who looks (another sweep, --status)."""
   seen = []
-  real = sweep.submit_slurm
+  real = submit.submit_runs
 
-  def spy(executor, todo, manifest, resources, after=None):
+  def spy(executor, todo, manifest, resources, after):
     results = pathlib.Path(todo[0].results_dir)
-    (m,) = status_lib.read_manifests(results)
+    (m,) = jobs_lib.read_manifests(results)
     seen.append([(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]])
     statuses, _ = status_lib.classify(results)
     seen.append({(s.algorithm, s.seed): (s.state, s.detail) for s in statuses})
     return real(executor, todo, manifest, resources, after)
 
-  monkeypatch.setattr(sweep, "submit_slurm", spy)
+  monkeypatch.setattr(submit, "submit_runs", spy)
   results = tmp_path / "results"
   assert sweep.main(SMOKE + ["--results", str(results)]) == 0
   capsys.readouterr()
@@ -274,7 +276,7 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
   assert planned == [("bfs", 0, None)]
   assert states == {("bfs", 0): ("running", f"queued by sweep pid {os.getpid()} "
                                             "(not submitted yet)")}
-  (m,) = status_lib.read_manifests(results)
+  (m,) = jobs_lib.read_manifests(results)
   assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [("bfs", 0, "4242")]
 
 
@@ -361,10 +363,71 @@ def test_status_never_loads_submitits_result_pickle(write_result, tmp_path, caps
       "call last):\nValueError: boom\n")
   (results / "_sweeps").mkdir()
   (results / "_sweeps" / "20260101-000000-000000.json").write_text(json.dumps(
-      {"schema": status_lib.MANIFEST_SCHEMA, "cluster": "local", "jobs": [
+      {"schema": jobs_lib.MANIFEST_SCHEMA, "cluster": "local", "jobs": [
           {"model": "baseline", "algorithm": "bfs", "seed": 0, "job_id": "9_0",
            "stderr": str(logs / "9_0_0_log.err"),
            "result_pickle": str(logs / "9_0_0_result.pkl")}]}))
   assert sweep.main(["--status", "--results", str(results)]) == 0
   out = capsys.readouterr().out
   assert "ValueError: boom" in out and not marker.exists()
+
+
+# -- a checkpoint cut short -------------------------------------------------------------
+
+
+def test_a_truncated_checkpoint_is_moved_aside_and_the_run_starts_over(tmp_path, cache, capfd):
+  """Was: zipfile.BadZipFile out of runs.read_state, on every retry, until someone
+  deleted the file by hand."""
+  common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
+                **TINY)
+  assert flat.run(train_steps=10, stop_after_steps=5, **common)["status"] == "interrupted"
+  ckpt = _result_path(tmp_path).parent / runs.CHECKPOINT_NAME
+  cut = ckpt.read_bytes()[:ckpt.stat().st_size // 2]
+  ckpt.write_bytes(cut)
+  with pytest.raises(ValueError, match="is not a readable state file"):
+    runs.read_state(ckpt)
+  capfd.readouterr()
+  result = flat.run(train_steps=10, **common)
+  assert result["status"] == "done" and result["curves"]["train"]["step"] == [5, 10]
+  (aside,) = ckpt.parent.glob(f"{runs.CHECKPOINT_NAME}.corrupt-*")
+  assert aside.read_bytes() == cut
+  err = capfd.readouterr().err
+  assert f"WARNING: unreadable checkpoint {ckpt}" in err and f"moved aside to {aside}" in err
+
+
+# -- a checkpoint written with other settings, seen before a job is submitted ------------------
+
+
+def test_dry_run_and_status_see_a_checkpoint_with_other_settings(tmp_path, cache, fake_slurm,
+                                                                 capsys):
+  """The job refuses such a checkpoint (and keeps it): --dry-run said `submit` and
+  --status `missing`, and the sweep submitted a job bound to fail."""
+  results = tmp_path / "results"
+  smoke = dict(SMOKE_SETTINGS, checkpoint_every_steps=5, progress=False)
+  smoke.pop("schedule_steps")
+  assert flat.run(algorithm="bfs", seed=0, model="baseline", results_dir=str(results),
+                  stop_after_steps=5, **dict(smoke, train_steps=30))["status"] == "interrupted"
+  ckpt = _result_path(results).parent / runs.CHECKPOINT_NAME
+  saved = ckpt.read_bytes()
+  why = (f"checkpoint {ckpt} was written with train_steps=30, schedule_steps=30; this run "
+         "has train_steps=20, schedule_steps=20")
+
+  assert sweep.main(["--status", "--results", str(results)] + SMOKE) == 0
+  out = capsys.readouterr().out
+  row = next(l.split() for l in out.splitlines() if l.startswith("baseline "))
+  assert dict(zip(status_lib.STATES, map(int, row[2:])))["other"] == 1, out
+  assert f"baseline/bfs/seed0  other: {why}" in out
+
+  for extra in (["--dry-run"], []):
+    rc = sweep.main(SMOKE + ["--results", str(results)] + extra)
+    out, err = capsys.readouterr()
+    assert rc == 2, out + err
+    assert "1 runs have checkpoints made with other settings" in err
+    assert f"baseline/bfs/seed0: {why}" in err
+  assert _scripts(fake_slurm) == [] and ckpt.read_bytes() == saved
+
+  rc = sweep.main(SMOKE + ["--results", str(results), "--archive-mismatched"])
+  out, err = capsys.readouterr()
+  assert rc == 0 and len(_scripts(fake_slurm)) == 1, out + err
+  (archived,) = (results / runs.ARCHIVE_DIR).glob(f"*/baseline/bfs/seed0/{runs.CHECKPOINT_NAME}")
+  assert archived.read_bytes() == saved and not ckpt.exists()

@@ -33,6 +33,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
   sys.path.insert(0, str(REPO_ROOT))
 
+from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
 from launch import status as status_lib  # pylint: disable=wrong-import-position
 
 REQUIRE_SLURM = os.environ.get("NAR_REQUIRE_SLURM") == "1"
@@ -94,7 +95,7 @@ def _sweep(args, env, cwd):
 
 
 def _job_ids(results) -> list:
-  return [j["job_id"] for m in status_lib.read_manifests(results) for j in m["jobs"]
+  return [j["job_id"] for m in jobs_lib.read_manifests(results) for j in m["jobs"]
           if j["job_id"]]
 
 
@@ -176,14 +177,14 @@ def test_slurm_sweep_completes_and_rerun_submits_nothing(slurm_sweep, sweep_env)
   assert _load(results, "baseline", "bfs", 0)["curves"]["train"]["loss"] != \
       _load(results, "baseline", "bfs", 1)["curves"]["train"]["loss"]
 
-  n_manifests = len(status_lib.read_manifests(results))
+  n_manifests = len(jobs_lib.read_manifests(results))
   again = _sweep(SMOKE_SWEEP + ["--cluster", "slurm", "--results", str(results)],
                  sweep_env, results.parent)
   assert again.returncode == 0, again.stderr
   assert again.stdout.splitlines() == [
       "sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
       "0 runs to submit, 4 already done"]
-  assert len(status_lib.read_manifests(results)) == n_manifests
+  assert len(jobs_lib.read_manifests(results)) == n_manifests
 
   status = _sweep(["--status", "--results", str(results)], sweep_env, results.parent)
   rows = [l.split() for l in status.stdout.splitlines() if l.startswith("baseline ")]
@@ -279,7 +280,7 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
                 sweep_env, tmp_path)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   try:
-    (m,) = status_lib.read_manifests(results)
+    (m,) = jobs_lib.read_manifests(results)
     jobs = {j["seed"]: j for j in m["jobs"]}
     ckpt = {s: pathlib.Path(jobs[s]["run_dir"]) / "checkpoint.npz" for s in (0, 1)}
     # Freeze each run right after its first checkpoint: post-compile, a smoke
@@ -426,7 +427,7 @@ def test_two_sweeps_at_once_train_each_run_once(cluster, slurm, sweep_env, tmp_p
     _wait_for_sweep(results, expected_runs=n)
   finally:
     _cancel_jobs(results)
-  jobs = [j for m in status_lib.read_manifests(results) for j in m["jobs"]]
+  jobs = [j for m in jobs_lib.read_manifests(results) for j in m["jobs"]]
   assert sorted((j["seed"], bool(j["job_id"])) for j in jobs) == [(s, True) for s in range(n)]
   for j in jobs:
     log = pathlib.Path(j["stderr"]).read_text()
@@ -435,3 +436,72 @@ def test_two_sweeps_at_once_train_each_run_once(cluster, slurm, sweep_env, tmp_p
     r = _load(results, "baseline", "bfs", j["seed"])
     assert (r["status"], r["steps"]) == ("done", 10)
     assert r["curves"]["train"]["step"] == [5, 10]
+
+
+# -- when something goes wrong -----------------------------------------------------------------
+
+
+def test_when_slurm_cannot_be_asked_nothing_is_submitted_twice(slurm, sweep_env, tmp_path):
+  """A queued job (held back an hour by --begin), then squeue fails (the controller
+  cannot be reached): the sweep refuses to submit the run again, in one line.  Was:
+  the run counted as to do, and a second job was submitted without a word."""
+  results = tmp_path / "results"
+  args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
+          "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]",
+          "--gin_param", "slurm_resources.additional_parameters={'begin': 'now+1hour'}",
+          "--cluster", "slurm", "--results", str(results)] + SMALL_JOBS
+  try:
+    first = _sweep(args, sweep_env, tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (job_id,) = _job_ids(results)
+    again = _sweep(args, sweep_env, tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[0].endswith("0 runs to submit, 0 already done, "
+                                                 "1 already queued or running")
+    # The cluster's configuration with a port no controller listens on.
+    conf = pathlib.Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    if not conf.is_file():
+      pytest.skip(f"no Slurm configuration at {conf} to make an unreachable copy of")
+    lines = [l for l in conf.read_text().splitlines() if not l.startswith("SlurmctldPort=")]
+    (tmp_path / "slurm.conf").write_text("\n".join(lines + ["SlurmctldPort=6899", ""]))
+    unreachable = dict(sweep_env, SLURM_CONF=str(tmp_path / "slurm.conf"))
+    for extra in ([], ["--dry-run"]):
+      proc = _sweep(args + extra, unreachable, tmp_path)
+      assert proc.returncode == 2, proc.stdout + proc.stderr
+      (line,) = proc.stderr.splitlines()
+      assert line.startswith("sweep.py: error: cannot ask Slurm whether 1 run's job is "
+                             "still queued or running"), line
+      assert "--force" in line
+    assert _job_ids(results) == [job_id]
+    status = _sweep(["--status", "--results", str(results)], unreachable, tmp_path)
+    assert status.returncode == 0 and "warning: cannot ask Slurm" in status.stdout
+  finally:
+    _cancel_jobs(results)
+
+
+def test_status_names_the_exception_of_a_failed_slurm_job(slurm, sweep_env, tmp_path):
+  """The job raises (its run is locked by this process); --status shows the
+  exception, not the last line of the log."""
+  results = tmp_path / "results"
+  run_folder = runs_lib.run_dir(results, "baseline", "bfs", 0)
+  args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
+          "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]",
+          "--cluster", "slurm", "--results", str(results)] + SMALL_JOBS
+  try:
+    with runs_lib.run_lock(run_folder):
+      proc = _sweep(args, sweep_env, tmp_path)
+      assert proc.returncode == 0, proc.stdout + proc.stderr
+      t0 = time.time()
+      while True:
+        (s,) = status_lib.classify(results)[0]
+        if s.state == "failed":
+          break
+        assert s.state == "running" and time.time() - t0 < SWEEP_TIMEOUT_S, s
+        time.sleep(2)
+  finally:
+    _cancel_jobs(results)
+  assert s.detail.startswith(f"LockHeld: {run_folder} is being trained by another process "
+                             f"(pid {os.getpid()} "), (s.detail, _tail(s.log))
+  status = _sweep(["--status", "--results", str(results)], sweep_env, tmp_path)
+  assert f"      LockHeld: {run_folder} is being trained" in status.stdout, status.stdout
+  assert "In call to configurable" not in status.stdout

@@ -4,10 +4,13 @@ the sbatch script it submits, and --status, against fake sbatch/squeue.
 The real end-to-end sweeps (Slurm, local, requeue) are in tests/test_slurm.py.
 """
 
+import contextlib
 import json
+import os
 import pathlib
 import pickle
 import re
+import stat
 import subprocess
 import sys
 
@@ -17,6 +20,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
   sys.path.insert(0, str(REPO_ROOT))
 
+from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
 from launch import status as status_lib  # pylint: disable=wrong-import-position
 from launch import sweep  # pylint: disable=wrong-import-position
 from nar_markov import cluster  # pylint: disable=wrong-import-position
@@ -45,9 +49,11 @@ def test_expand_runs_is_model_x_algorithms_x_seeds(tmp_path):
                                str(REPO_ROOT / "gin/smoke.gin"))
   assert runs[0].results_dir == str(tmp_path.resolve())
   assert runs[4].run_dir == tmp_path.resolve() / "forget" / "dfs" / "seed1"
-  assert cluster.job_call([runs[4]])[1] == (cluster.TRAIN, dict(
+  job, kwargs = cluster.job_call([runs[4]])
+  assert job == cluster.Job(experiment.run_from_gin)
+  assert kwargs == dict(
       gin_files=list(runs[0].gin_files), gin_params=["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2]"],
-      algorithms=["dfs"], seeds=[1], results_dir=str(tmp_path.resolve()), multitask=False))
+      algorithms=["dfs"], seeds=[1], results_dir=str(tmp_path.resolve()), multitask=False)
 
 
 def test_base_gin_sweeps_all_30_algorithms_and_10_seeds(tmp_path):
@@ -61,7 +67,7 @@ def test_slurm_resources_come_from_gin(tmp_path):
                                     "slurm_resources.mem_gb=2",
                                     "slurm_resources.partition='gpu'",
                                     "slurm_resources.gpus_per_task=1"], str(tmp_path))
-  res = cluster.slurm_resources()
+  res = cluster.SlurmResources().executor_params()
   assert res["cpus_per_task"] == 1 and res["mem_gb"] == 2.0
   assert res["slurm_partition"] == "gpu" and res["slurm_gpus_per_task"] == 1
   assert res["timeout_min"] == 240 and res["slurm_array_parallelism"] == 64
@@ -69,14 +75,20 @@ def test_slurm_resources_come_from_gin(tmp_path):
   assert res["slurm_additional_parameters"] == {"requeue": True}
 
 
-def test_the_job_pickles_and_checkpoint_resubmits_the_same_call():
-  job = cluster.Job()
-  args = (cluster.CALIBRATE, dict(gin_files=["/abs/a.gin"], gin_params=["SEEDS=[0]"],
-                                  algorithm="bfs", results_dir="/abs/results"))
-  clone = pickle.loads(pickle.dumps(job))
-  delayed = clone.checkpoint(*args)
+def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypatch):
+  from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+  calib = cluster.Calibration("bfs", "schedule", ("/abs/a.gin",), ("SEEDS=[0]",), "/abs/results")
+  job, kwargs = calib.job_call()
+  pickled = pickle.dumps(job)
+  # The function travels by its module and name: the job's process calls what that
+  # name is there.
+  monkeypatch.setattr(calibrate, "calibrate_from_gin", lambda **kw: ("called", kw))
+  clone = pickle.loads(pickled)
+  assert clone(kwargs) == ("called", dict(gin_files=["/abs/a.gin"], gin_params=["SEEDS=[0]"],
+                                          algorithm="bfs", results_dir="/abs/results"))
+  delayed = clone.checkpoint(kwargs)
   assert delayed.function is clone
-  assert delayed.args == args and delayed.kwargs == {}
+  assert delayed.args == (kwargs,) and delayed.kwargs == {}
 
 
 # -- bad input: one error, exit code 2, nothing submitted ----------------------
@@ -181,6 +193,7 @@ def test_dry_run_lists_runs_and_skips_done_ones(write_result, tmp_path, fake_slu
 def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
   write_result(results, "baseline", "bfs", 0)
+  (results / "_logs").mkdir(mode=0o755)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
                            "--gin_param", "slurm_resources.cpus_per_task=1",
                            "--gin_param", "slurm_resources.mem_gb=2",
@@ -220,13 +233,15 @@ def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm
       ["4242_2", "baseline/insertion_sort/seed1"]]
   assert f"logs:     {logs}/%j" in out
 
-  manifests = status_lib.read_manifests(results)
+  manifests = jobs_lib.read_manifests(results)
   assert len(manifests) == 1
   m = manifests[0]
   assert m["cluster"] == "slurm" and m["gin_params"][0] == "SEEDS=[0,1]"
   assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [
       ("bfs", 1, "4242_0"), ("insertion_sort", 0, "4242_1"), ("insertion_sort", 1, "4242_2")]
   assert m["jobs"][0]["stderr"] == f"{logs}/4242_0/4242_0_0_log.err"
+  # Jobs unpickle what is in _logs: private to the user who submits.
+  assert stat.S_IMODE(logs.stat().st_mode) == 0o700
 
   # Relaunch while the array is queued: nothing is submitted twice.
   fake_slurm["squeue_out"].write_text("4242_0|RUNNING\n4242_1|PENDING\n4242_2|PENDING\n")
@@ -282,7 +297,7 @@ def test_multitask_sweep_is_one_job_per_seed(tmp_path, fake_slurm, capsys):
   assert [l.split(None, 1) for l in out.splitlines()[2:4]] == [
       ["4242_0", "forget_multitask/bfs/seed0, forget_multitask/dfs/seed0"],
       ["4242_1", "forget_multitask/bfs/seed1, forget_multitask/dfs/seed1"]]
-  jobs = status_lib.read_manifests(results)[0]["jobs"]
+  jobs = jobs_lib.read_manifests(results)[0]["jobs"]
   assert [(j["algorithm"], j["seed"], j["job_id"]) for j in jobs] == [
       ("bfs", 0, "4242_0"), ("dfs", 0, "4242_0"), ("bfs", 1, "4242_1"), ("dfs", 1, "4242_1")]
 
@@ -296,8 +311,8 @@ def test_multitask_job_trains_all_algorithms_of_its_seed(tmp_path):
   groups = cluster.job_groups(runs[1:])  # bfs/seed0 done: its job still trains both
   assert [[r.name for r in g] for g in groups] == [
       ["forget_multitask/dfs/seed0"], ["forget_multitask/bfs/seed1", "forget_multitask/dfs/seed1"]]
-  job, (function, kwargs) = cluster.job_call(groups[0])
-  assert isinstance(job, cluster.Job) and function == cluster.TRAIN
+  job, kwargs = cluster.job_call(groups[0])
+  assert job == cluster.Job(experiment.run_from_gin)
   assert (kwargs["algorithms"], kwargs["seeds"], kwargs["multitask"]) == (["bfs", "dfs"], [0], True)
 
 
@@ -355,7 +370,7 @@ def _fake_manifest(results, jobs, cluster_name="slurm"):
                     "stderr": f"{logs}/{job_id}/{job_id}_0_log.err",
                     "result_pickle": f"{logs}/{job_id}/{job_id}_0_result.pkl"})
   (d / "20260101-000000-000000.json").write_text(json.dumps(
-      {"schema": status_lib.MANIFEST_SCHEMA, "cluster": cluster_name, "jobs": records}))
+      {"schema": jobs_lib.MANIFEST_SCHEMA, "cluster": cluster_name, "jobs": records}))
   return records
 
 
@@ -397,7 +412,7 @@ def test_status_counts_each_state_and_names_failure_logs(write_result, tmp_path,
   assert f"baseline/dfs/seed2  job 77_2  log {records[2]['stderr']}" in out
   assert ("job ended without a result: *** JOB 80 ON vm CANCELLED AT "
           "2026-01-01T00:00:00 DUE TO TIME LIMIT ***") in out
-  assert "baseline/dfs/seed0 (77_0 running)" in out
+  assert "baseline/dfs/seed0 (job 77_0 running)" in out
 
   # Without --gin the expected runs are what is on disk or in the manifests.
   rc = sweep.main(["--status", "--results", str(results)])
@@ -414,7 +429,7 @@ def test_status_when_slurm_cannot_be_asked(tmp_path, monkeypatch, capsys):
   monkeypatch.setenv("PATH", str(tmp_path))  # no squeue
   statuses, warnings = status_lib.classify(results)
   assert [(s.name, s.state, s.detail) for s in statuses] == [
-      ("baseline/bfs/seed0", "running", "unknown (Slurm unavailable)")]
+      ("baseline/bfs/seed0", "running", "unknown: squeue is not on PATH")]
   assert "squeue is not on PATH" in warnings[0]
 
 
@@ -460,3 +475,169 @@ def test_status_and_dry_run_import_no_jax(args, tmp_path):
   _, rc, rest = line[0].split(" ", 2)
   heavy, elapsed = rest.rsplit(" ", 1)
   assert rc == "0" and heavy == "[]", (line, proc.stderr[-2000:])
+
+
+# -- a typo in a sweep axis ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("params, first", [
+    (["SEDS=[0]"], "unknown macro 'SEDS'"),
+    (["ALGORITHM=['bfs']", "SEED=[0]"], "unknown macro 'ALGORITHM'"),
+    (["sweep_axes.seed=[0]"], "unknown sweep axis 'sweep_axes.seed'"),
+])
+def test_an_unknown_macro_or_axis_is_refused_with_the_known_ones(params, first, tmp_path,
+                                                                 fake_slurm, capsys):
+  """gin accepts a macro that nothing reads: `SEDS=[0]` trained the default seeds."""
+  results = tmp_path / "results"
+  args = ["--gin", "gin/baseline.gin"] + [x for p in params for x in ("--gin_param", p)]
+  for extra in ([], ["--dry-run"], ["--status"]):
+    rc = sweep.main(args + ["--results", str(results)] + extra)
+    out, err = capsys.readouterr()
+    assert rc == 2, out + err
+    (line,) = err.splitlines()
+    assert line.startswith(f"sweep.py: error: {first}"), line
+    assert ("ALGORITHMS (sweep_axes.algorithms), SEEDS (sweep_axes.seeds), SEEDS_PER_JOB "
+            "(sweep_axes.seeds_per_job), MULTITASK (sweep_axes.multitask)") in line
+  assert _scripts(fake_slurm) == [] and not results.exists()
+
+
+def test_a_macro_the_command_line_defines_and_uses_is_known(tmp_path):
+  runs = cluster.expand_runs(SMOKE[1::2], ["N=[3]", "SEEDS=%N"], str(tmp_path))
+  assert [r.seed for r in runs] == [3, 3]
+
+
+# -- bad results paths: one line, exit 2, nothing written ------------------------------
+
+
+@contextlib.contextmanager
+def read_only(folder: pathlib.Path):
+  """`folder` made read-only; as root (which writes through permissions) also immutable."""
+  folder.chmod(0o555)
+  as_root = os.geteuid() == 0
+  try:
+    if as_root and subprocess.run(["chattr", "+i", str(folder)], capture_output=True,
+                                  check=False).returncode != 0:
+      pytest.skip("root cannot make a read-only folder here (chattr +i failed)")
+    yield folder
+  finally:
+    if as_root:
+      subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+    folder.chmod(0o755)
+
+
+def _tree(root: pathlib.Path):
+  return sorted((str(p), p.is_dir() or p.read_bytes()) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("case", ["a file", "a missing parent", "a parent that is a file"])
+def test_a_bad_results_path_is_one_line_and_writes_nothing(case, tmp_path, fake_slurm, capsys):
+  (tmp_path / "notes.txt").write_text("not a results folder\n")
+  results = {"a file": tmp_path / "notes.txt",
+             "a missing parent": tmp_path / "no" / "such" / "results",
+             "a parent that is a file": tmp_path / "notes.txt" / "results"}[case]
+  before = _tree(tmp_path)
+  for extra in ([], ["--dry-run"], ["--cluster", "local"]):
+    rc = sweep.main(SMOKE + ["--results", str(results)] + extra)
+    out, err = capsys.readouterr()
+    assert rc == 2, out + err
+    (line,) = err.splitlines()
+    assert line.startswith(f"sweep.py: error: --results {results}"), line
+    assert "Traceback" not in out + err
+  if case == "a file":
+    assert sweep.main(["--status", "--results", str(results)]) == 2
+    assert capsys.readouterr().err.startswith(f"sweep.py: error: --results {results} ")
+  assert _tree(tmp_path) == before and _scripts(fake_slurm) == []
+
+
+def test_a_read_only_results_folder_is_one_line(write_result, tmp_path, fake_slurm, capsys):
+  """Even with every run done, the sweep would take its lock in there."""
+  results = tmp_path / "results"
+  write_result(results, "baseline", "bfs", 0)
+  write_result(results, "baseline", "insertion_sort", 0)
+  before = _tree(results)
+  with read_only(results):
+    for extra in ([], ["--dry-run"]):
+      rc = sweep.main(SMOKE + ["--results", str(results)] + extra)
+      out, err = capsys.readouterr()
+      assert rc == 2, out + err
+      (line,) = err.splitlines()
+      assert line.startswith(f"sweep.py: error: --results {results} is not writable"), line
+    # --status only reads.
+    assert sweep.main(["--status", "--results", str(results)] + SMOKE) == 0
+    assert "baseline  bfs" in capsys.readouterr().out
+  assert _tree(results) == before and _scripts(fake_slurm) == []
+
+
+# -- the scheduler cannot be asked ---------------------------------------------------------
+
+
+def test_when_squeue_fails_the_sweep_refuses_to_submit_again(tmp_path, fake_slurm, capsys):
+  """A run whose last job Slurm cannot be asked about may still be queued: was a
+  duplicate job, without a word."""
+  results = tmp_path / "results"
+  _fake_manifest(results, [("baseline", "bfs", 0, "77_0")])
+  (fake_slurm["calls"].parent / "fake_bin" / "squeue").write_text(
+      "#!/bin/sh\necho 'squeue: error: slurm_load_jobs error: Unable to contact slurm "
+      "controller (connect failure)' >&2\nexit 1\n")
+  args = SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--results", str(results)]
+  for extra in ([], ["--dry-run"]):
+    rc = sweep.main(args + extra)
+    out, err = capsys.readouterr()
+    assert rc == 2, out + err
+    (line,) = err.splitlines()
+    assert line.startswith("sweep.py: error: cannot ask Slurm whether 1 run's job is still "
+                           "queued or running"), line
+    assert "Unable to contact slurm controller" in line and "--force" in line
+  assert _scripts(fake_slurm) == [] and len(jobs_lib.read_manifests(results)) == 1
+  rc = sweep.main(args + ["--force"])
+  out, err = capsys.readouterr()
+  assert rc == 0, out + err
+  assert len(_scripts(fake_slurm)) == 1
+  assert "warning: --force: submitting 1 run whose last job Slurm could not be asked about" in err
+
+
+# -- why a job failed: its exception, from its own error log ------------------------------
+
+
+def test_a_failed_jobs_reason_is_its_exception(tmp_path, data_cache_dir, capsys):
+  """A local job that raises (here: its run is locked by this process).  The reason
+  shown was the last line of submitit's text: `- .../<id>_0_log.out` in the sweep,
+  gin's `In call to configurable 'run_experiment' (<function ... 0x...>)` in --status."""
+  results = tmp_path / "results"
+  run_folder = runs_lib.run_dir(results, "baseline", "bfs", 0)
+  args = SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--results", str(results)]
+  env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir), PYTHONPATH=str(REPO_ROOT))
+  with runs_lib.run_lock(run_folder):
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "launch/sweep.py")] + args
+                          + ["--cluster", "local"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=600, check=False)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  reason = (f"LockHeld: {run_folder} is being trained by another process (pid {os.getpid()} ")
+  line = next(l for l in proc.stdout.splitlines() if l.startswith("[1/1] baseline/bfs/seed0: f"))
+  assert line.startswith(f"[1/1] baseline/bfs/seed0: failed: {reason}"), proc.stdout
+  assert "not starting a second training of the same run" in line
+
+  assert sweep.main(["--status", "--results", str(results)]) == 0
+  out = capsys.readouterr().out
+  lines = out.splitlines()
+  i = next(i for i, l in enumerate(lines) if l.startswith("  baseline/bfs/seed0  job "))
+  assert lines[i + 1].strip().startswith(reason), out
+  assert "In call to configurable" not in out and " at 0x" not in out
+
+
+def test_where_the_cluster_keeps_accounting_submitit_answers(tmp_path, fake_slurm, capsys):
+  """sacct (submitit's Job.state) knows jobs squeue has forgotten, and how they ended."""
+  results = tmp_path / "results"
+  _fake_manifest(results, [("baseline", "bfs", 0, "77_0"), ("baseline", "bfs", 1, "77_1")])
+  fake_slurm["sacct_out"].write_text("JobID|State|NodeList\n77_0|RUNNING|vm\n"
+                                     "77_1|TIMEOUT|vm\n")
+  statuses, warnings = status_lib.classify(results)
+  assert not warnings
+  assert [(s.name, s.state, s.detail) for s in statuses] == [
+      ("baseline/bfs/seed0", "running", "job 77_0 running"),
+      ("baseline/bfs/seed1", "failed", "job ended without a result (Slurm: TIMEOUT)")]
+  # The sweep does not submit the running one again.
+  rc = sweep.main(SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0,1]",
+                           "--results", str(results), "--dry-run"])
+  out = capsys.readouterr().out
+  assert rc == 0 and "1 runs to submit, 0 already done, 1 already queued or running" in out

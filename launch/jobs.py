@@ -1,0 +1,370 @@
+"""What a sweep's jobs are doing: the one place that asks.
+
+A sweep writes a manifest (`Manifest`) of the job that runs each run and each
+λ calibration; `states` then answers, for the sweep and for --status alike,
+whether that job is queued or running (the scheduler), or why it ended (its own
+error log).  Imports no jax.  Details: docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import pathlib
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from nar_markov import quiet
+from nar_markov import runs
+
+MANIFEST_DIR = "_sweeps"
+LOG_DIR = "_logs"
+MANIFEST_SCHEMA = "nar_markov.sweep/1"
+# Slurm states of a job that has not ended (sacct and squeue spell them alike).
+_NOT_ENDED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+              "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED",
+              "RESV_DEL_HOLD", "SPECIAL_EXIT")
+
+
+def log_folder(results_dir) -> pathlib.Path:
+  """submitit's folder for the sweep's jobs (%j: the job id)."""
+  return pathlib.Path(results_dir) / LOG_DIR / "%j"
+
+
+def private_log_dir(results_dir) -> pathlib.Path:
+  """`<results>/_logs`, made private to this user (0700): jobs unpickle what is in it.
+  PermissionError where it belongs to someone else."""
+  folder = pathlib.Path(results_dir) / LOG_DIR
+  folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+  if stat.S_IMODE(folder.stat().st_mode) != 0o700:
+    os.chmod(folder, 0o700)
+  return folder
+
+
+# -- the sweep process: planned entries are in flight while it lives ------------------
+
+
+def _start_time(pid: int) -> Optional[str]:
+  try:
+    text = pathlib.Path(f"/proc/{int(pid)}/stat").read_text()
+  except (OSError, ValueError):
+    return None
+  return text.rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+
+
+def process_token() -> dict:
+  """This process, recognisably: pid, host and start time (pids are reused)."""
+  return {"pid": os.getpid(), "host": socket.gethostname(),
+          "start": _start_time(os.getpid())}
+
+
+def process_alive(token: Optional[dict]) -> bool:
+  if not token or token.get("host") != socket.gethostname():
+    return False
+  start = _start_time(token.get("pid", -1))
+  return start is not None and start == token.get("start")
+
+
+def local_job_alive(job_id: str) -> bool:
+  """A local submitit job's id is its controller's pid."""
+  try:
+    cmdline = pathlib.Path(f"/proc/{int(job_id)}/cmdline").read_bytes()
+  except (OSError, ValueError):
+    return False
+  return b"submitit" in cmdline
+
+
+# -- manifests ----------------------------------------------------------------------------
+
+
+def _paths(job) -> dict:
+  return {"job_id": str(job.job_id), "stdout": str(job.paths.stdout),
+          "stderr": str(job.paths.stderr), "result_pickle": str(job.paths.result_pickle)}
+
+
+class Manifest:
+  """`<results>/_sweeps/<timestamp>.json`: the jobs one sweep submitted, written before
+  it submits (its runs and calibrations planned, then their job ids)."""
+
+  def __init__(self, results_dir, cluster_name: str, gin_files, gin_params, argv):
+    now = datetime.datetime.now()
+    folder = pathlib.Path(results_dir) / MANIFEST_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    self.path = folder / f"{now.strftime('%Y%m%d-%H%M%S-%f')}.json"
+    self.data = {"schema": MANIFEST_SCHEMA, "created": now.isoformat(timespec="seconds"),
+                 "cluster": cluster_name, "argv": list(argv), "gin_files": list(gin_files),
+                 "gin_params": list(gin_params), "results_dir": str(results_dir),
+                 "log_folder": str(log_folder(results_dir)), "jobs": [],
+                 "calibration_jobs": [],
+                 # Planned entries (no job id yet) are in flight while this lives.
+                 "sweep": process_token()}
+
+  def plan(self, todo, calibs=()) -> None:
+    """The runs and calibrations about to be submitted: a second sweep on this folder
+    sees them as queued."""
+    for c in calibs:
+      self.data["calibration_jobs"].append({"algorithm": c.algorithm, "reading": c.reading,
+                                            "record": str(c.record_path), "job_id": None})
+    for r in todo:
+      self.data["jobs"].append({"model": r.model, "algorithm": r.algorithm, "seed": r.seed,
+                                "run_dir": str(r.run_dir), "job_id": None})
+
+  @staticmethod
+  def _put(entries: List[dict], record: dict, same) -> dict:
+    """Replace the planned entry of the same run (or calibration), else append."""
+    for i, e in enumerate(entries):
+      if not e.get("job_id") and same(e):
+        entries[i] = record
+        return record
+    entries.append(record)
+    return record
+
+  def add(self, run, job, after: Optional[str] = None) -> dict:
+    record = dict(model=run.model, algorithm=run.algorithm, seed=run.seed,
+                  run_dir=str(run.run_dir), after=after, **_paths(job))
+    return self._put(self.data["jobs"], record, lambda e: _run_key(e) == run.key)
+
+  def add_calibration(self, calib, job) -> dict:
+    record = dict(algorithm=calib.algorithm, reading=calib.reading,
+                  record=str(calib.record_path), **_paths(job))
+    return self._put(self.data["calibration_jobs"], record,
+                     lambda e: e.get("record") == record["record"])
+
+  def save(self) -> None:
+    runs.atomic_write_bytes(self.path, json.dumps(self.data, indent=1).encode())
+
+
+def _run_key(entry: dict) -> Tuple[str, str, int]:
+  return (entry["model"], entry["algorithm"], int(entry["seed"]))
+
+
+def read_manifests(results_dir) -> List[dict]:
+  """All sweep manifests, oldest first (file names are sortable timestamps)."""
+  out = []
+  for path in sorted((pathlib.Path(results_dir) / MANIFEST_DIR).glob("*.json")):
+    try:
+      m = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+      print(f"warning: unreadable sweep manifest {path}: {e}", file=sys.stderr)
+      continue
+    if isinstance(m, dict) and m.get("schema") == MANIFEST_SCHEMA:
+      m["_path"] = str(path)
+      out.append(m)
+  return out
+
+
+def last_jobs(results_dir) -> Tuple[Dict[Tuple[str, str, int], dict], Dict[str, dict]]:
+  """(run key -> the last job entry for it, calibration record path -> the last job
+  entry for it), each with its sweep's cluster, process token and manifest."""
+  run_jobs, calib_jobs = {}, {}
+  for m in read_manifests(results_dir):
+    context = {"cluster": m.get("cluster"), "sweep": m.get("sweep"), "manifest": m["_path"]}
+    for j in m.get("jobs", []):
+      run_jobs[_run_key(j)] = dict(j, **context)
+    for j in m.get("calibration_jobs", []):
+      calib_jobs[str(j.get("record"))] = dict(j, **context)
+  return run_jobs, calib_jobs
+
+
+# -- asking the scheduler ----------------------------------------------------------------
+
+
+class SchedulerUnavailable(RuntimeError):
+  pass
+
+
+def slurm_states(job_ids: Iterable[str]) -> Dict[str, str]:
+  """Job (array task) id -> Slurm state, for the jobs the scheduler still knows:
+  submitit's `Job.state` (one sacct call) where the cluster keeps accounting, squeue
+  for the others.  SchedulerUnavailable where squeue is needed and fails."""
+  ids = sorted({str(j) for j in job_ids if j})
+  found = {j: s for j, s in _accounted_states(ids).items() if s != "UNKNOWN"}
+  rest = [j for j in ids if j not in found]
+  return dict(found, **(_squeue_states(rest) if rest else {}))
+
+
+def _accounted_states(ids: Sequence[str]) -> Dict[str, str]:
+  """submitit's view (its Job.state: sacct); UNKNOWN for every job where the cluster
+  keeps no accounting."""
+  if not ids or shutil.which("sacct") is None:
+    return {}
+  import submitit  # pylint: disable=g-import-not-at-top
+  # The watcher behind submitit's Job.state, a fresh one: no state cached from an
+  # earlier question in this process.
+  watcher = submitit.slurm.slurm.SlurmInfoWatcher()
+  for j in ids:
+    watcher.register_job(j)
+  logger = logging.getLogger("submitit")
+  level = logger.level
+  # A cluster without accounting fails every sacct call (submitit warns, sacct says why
+  # on fd 2): squeue answers instead.
+  logger.setLevel(logging.ERROR)
+  try:
+    with quiet.filtered_stderr(drop=lambda line: True):
+      watcher.update()  # one sacct call for all
+  finally:
+    logger.setLevel(level)
+  return {j: watcher.get_state(j, mode="cache").split(" ")[0] for j in ids}
+
+
+def _squeue_states(ids: Sequence[str]) -> Dict[str, str]:
+  if shutil.which("squeue") is None:
+    raise SchedulerUnavailable("squeue is not on PATH")
+  # -r: one line per array task, also for pending tasks ("12_[3-9]" otherwise).
+  cmd = ["squeue", "-h", "-r", "-o", "%i|%T", "-j",
+         ",".join(sorted({j.split("_")[0] for j in ids}))]
+  try:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+  except subprocess.TimeoutExpired:
+    raise SchedulerUnavailable(f"{' '.join(cmd)} did not answer in 60 s") from None
+  if proc.returncode != 0:
+    # squeue exits 1 with "Invalid job id specified" when every id has aged out.
+    if "Invalid job id" in proc.stderr:
+      return {}
+    why = " ".join(proc.stderr.split()) or f"exit code {proc.returncode}"
+    raise SchedulerUnavailable(f"squeue failed: {why}")
+  return dict(line.strip().split("|", 1) for line in proc.stdout.splitlines() if "|" in line)
+
+
+# -- why a job ended -----------------------------------------------------------------------
+
+# submitit's own log lines (submitit/core/submission.py) when a job ends.
+_SUBMITIT_SUCCESS = "Job completed successfully"
+_SUBMITIT_ERROR = "Submitted job triggered an exception"
+# slurmstepd's word on a killed job, e.g.
+#   slurmstepd-vm: error: *** JOB 13 ON vm CANCELLED AT 2026-11-21T12:19:01 DUE TO TIME LIMIT ***
+_SLURM_VERDICT = re.compile(r"slurmstepd\S*: error: (\*\*\* .* \*\*\*|.*oom.kill.*)", re.I)
+# Lines of a job's error log that follow an exception and are none of its message.
+_NOT_THE_MESSAGE = ("srun: ", "slurmstepd", "submitit ")
+
+
+def _log_tail(path: Optional[str], size: int = 65536) -> str:
+  if not path:
+    return ""
+  try:
+    with open(path, "rb") as f:
+      f.seek(max(0, os.path.getsize(path) - size))
+      return f.read().decode("utf-8", "replace")
+  except OSError:
+    return ""
+
+
+def exception_of(text: str) -> Optional[str]:
+  """'Type: message' of the last exception in `text` (a traceback, or a log that ends
+  in one): without its frames, notes such as gin's "In call to configurable ...",
+  what srun and submitit print after it, and the exception's module."""
+  start = text.rfind("Traceback (most recent call last):")
+  lines = text[start:].splitlines()[1:] if start >= 0 else text.splitlines()
+  said: List[str] = []
+  for line in lines:
+    if not line.strip() or line[:1].isspace() or line.startswith(_NOT_THE_MESSAGE):
+      if said:  # the message has ended
+        break
+      continue    # a frame
+    said.append(line.strip())
+  if not said:
+    return None
+  return re.sub(r"^(?:\w+\.)+(?=\w+(: |$))", "", " ".join(said))
+
+
+def why_it_ended(job: Mapping, slurm_state: Optional[str] = None) -> str:
+  """Why a job that left no result ended: its exception (from its own error log),
+  else Slurm's word on it, else what the sweep recorded."""
+  text = _log_tail(job.get("stderr"))
+  if _SUBMITIT_ERROR in text:
+    return exception_of(text.rsplit(_SUBMITIT_ERROR, 1)[1]) or "the job raised an exception"
+  if _SUBMITIT_SUCCESS in text:
+    return "the job finished but wrote no result"
+  verdicts = _SLURM_VERDICT.findall(text)
+  if verdicts:
+    return f"job ended without a result: {verdicts[-1].strip()}"
+  if job.get("outcome"):
+    return job["outcome"]
+  if slurm_state and slurm_state != "UNKNOWN":
+    return f"job ended without a result (Slurm: {slurm_state})"
+  return "job ended without a result (killed: time or memory limit, scancel, node failure?)"
+
+
+def _log_says_it_ended(job: Mapping) -> bool:
+  text = _log_tail(job.get("stderr"))
+  return _SUBMITIT_ERROR in text or _SUBMITIT_SUCCESS in text
+
+
+# -- what is each job doing? -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class JobState:
+  """What the last job of a run (or calibration) is doing.
+
+  phase: queued (pending, running, or planned by a sweep that is submitting it);
+  unknown (Slurm cannot be asked and its log does not say it ended); ended
+  (detail: why, when it left no result); never submitted (planned by a sweep that
+  ended first).
+  """
+  phase: str
+  detail: str
+  job_id: Optional[str] = None
+  log: Optional[str] = None
+
+  @property
+  def in_flight(self) -> bool:
+    return self.phase == "queued"
+
+
+def states(entries: Mapping[Hashable, Mapping]) -> Tuple[Dict[Hashable, JobState], List[str]]:
+  """The state of each entry's job (entries from `last_jobs`), the scheduler asked
+  once for all; and warnings (the scheduler could not be asked)."""
+  out: Dict[Hashable, JobState] = {}
+  on_slurm = {}
+  for key, job in entries.items():
+    job_id, log = job.get("job_id"), job.get("stderr")
+    if not job_id:
+      sweep = job.get("sweep")
+      out[key] = (JobState("queued", f"queued by sweep pid {sweep['pid']} (not submitted yet)")
+                  if process_alive(sweep) else
+                  JobState("never submitted", "planned by a sweep that ended before "
+                           f"submitting it ({job.get('manifest')})"))
+    elif job.get("cluster") == "slurm":
+      on_slurm[key] = job
+    elif job.get("cluster") == "local" and local_job_alive(job_id):
+      out[key] = JobState("queued", f"local job {job_id} running", job_id, log)
+    else:
+      out[key] = JobState("ended", why_it_ended(job), job_id, log)
+  warnings = []
+  if on_slurm:
+    try:
+      queue: Optional[Dict[str, str]] = slurm_states(j["job_id"] for j in on_slurm.values())
+      unavailable = ""
+    except SchedulerUnavailable as e:
+      queue, unavailable = None, str(e)
+      warnings.append(f"cannot ask Slurm about {len(on_slurm)} job(s): {e}")
+    for key, job in on_slurm.items():
+      job_id, log = str(job["job_id"]), job.get("stderr")
+      state = (queue or {}).get(job_id)
+      if state in _NOT_ENDED:
+        out[key] = JobState("queued", f"job {job_id} {state.lower()}", job_id, log)
+      elif queue is None and not _log_says_it_ended(job):
+        out[key] = JobState("unknown", f"unknown: {unavailable}", job_id, log)
+      else:
+        out[key] = JobState("ended", why_it_ended(job, state), job_id, log)
+  return out, warnings
+
+
+def summarize_exception(error: BaseException, log_path: Optional[str] = None) -> str:
+  """Why a job the sweep waited for failed: its exception, from its own error log where
+  it has one (submitit's FailedJobError only quotes it), else from `error`."""
+  text = _log_tail(log_path)
+  if _SUBMITIT_ERROR in text or _SLURM_VERDICT.search(text):
+    return why_it_ended({"stderr": log_path})
+  import traceback  # pylint: disable=g-import-not-at-top
+  return (exception_of("".join(traceback.format_exception_only(type(error), error)))
+          or type(error).__name__)

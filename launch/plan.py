@@ -1,0 +1,213 @@
+"""A sweep's plan: which runs and λ calibrations are done, in flight or to submit; whether
+it may go ahead; and how --dry-run and the sweep print it.  Imports no jax."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shlex
+from typing import Dict, List, Sequence
+
+from launch import jobs
+from launch import status
+from nar_markov import cluster
+from nar_markov import runs
+
+
+class UsageError(Exception):
+  """Bad input, or a plan that must not go ahead: reported as such, exit code 2,
+  nothing submitted."""
+
+
+@dataclasses.dataclass
+class Plan:
+  """The sweep's runs as they stand (status.RunView), and its calibrations: those
+  without a record, the usable records, the last job of each that has none."""
+  runs: List[cluster.Run]
+  views: Dict[tuple, status.RunView]
+  calibs: List[cluster.Calibration]
+  calibrated: Dict[str, dict]
+  calib_jobs: Dict[str, jobs.JobState]
+  problems: List[str]
+  warnings: List[str]
+  force: bool = False  # submit runs whose last job Slurm could not be asked about
+
+  def _runs(self, test) -> List[cluster.Run]:
+    return [r for r in self.runs if test(self.views[r.key])]
+
+  @property
+  def done(self) -> List[cluster.Run]:
+    return self._runs(lambda v: v.result.done)
+
+  @property
+  def flying(self) -> List[cluster.Run]:
+    return self._runs(lambda v: not v.result.done and v.job is not None and v.job.in_flight)
+
+  @property
+  def unknown(self) -> List[cluster.Run]:
+    return self._runs(lambda v: not v.result.done and v.job is not None
+                      and v.job.phase == "unknown")
+
+  @property
+  def todo(self) -> List[cluster.Run]:
+    held = {r.key for r in self.flying + ([] if self.force else self.unknown)}
+    return [r for r in self.runs if r not in self.done and r.key not in held]
+
+  @property
+  def corrupt(self) -> List[cluster.Run]:
+    return [r for r in self.todo if self.views[r.key].result.state == "corrupt"]
+
+  @property
+  def other(self) -> List[cluster.Run]:
+    return [r for r in self.todo if self.views[r.key].state == "other"]
+
+  @property
+  def calib_flying(self) -> Dict[str, jobs.JobState]:
+    return {a: s for a, s in self.calib_jobs.items() if s.in_flight or s.phase == "unknown"}
+
+  @property
+  def calib_todo(self) -> List[cluster.Calibration]:
+    """Only the algorithms with runs left to train need their λ now."""
+    needed = {r.algorithm for r in self.todo}
+    return [c for c in self.calibs if c.algorithm in needed and c.algorithm not in self.calib_flying]
+
+
+def make_plan(sweep_runs: Sequence[cluster.Run], results_dir, force: bool = False) -> Plan:
+  """The plan of `sweep_runs` (cluster.expand_runs: gin parsed) on `results_dir`."""
+  views, warnings = status.survey(results_dir, sweep_runs,
+                                  cluster.expected_definitions(sweep_runs))
+  calibs, calibrated, problems = cluster.calibration_plan(sweep_runs)
+  _, last = jobs.last_jobs(results_dir)
+  algorithm_of = {str(c.record_path): c.algorithm for c in calibs}
+  states, more = jobs.states({p: last[p] for p in algorithm_of if p in last})
+  return Plan(list(sweep_runs), {v.run.key: v for v in views}, calibs, calibrated,
+              {algorithm_of[p]: s for p, s in states.items()}, problems, warnings + more,
+              force)
+
+
+def check(plan: Plan, archive_mismatched: bool, results_dir) -> List[str]:
+  """UsageError where the plan must not go ahead; else the warnings to print."""
+  other = plan.other
+  if other and not archive_mismatched:
+    kinds = {"checkpoints" if plan.views[r.key].result.state == "missing" else "results"
+             for r in other}
+    raise UsageError(
+        f"{len(other)} runs have {' or '.join(sorted(kinds))} made with other settings "
+        "(nothing was submitted):\n  " + "\n  ".join(
+            f"{r.name}: {plan.views[r.key].detail}" for r in other)
+        + "\nUse another --results folder, or --archive-mismatched to move them to "
+        f"{pathlib.Path(results_dir) / runs.ARCHIVE_DIR}/<timestamp>/ and train them again.")
+  if plan.problems:
+    raise UsageError("lambda calibration records that cannot be used (nothing was "
+                     "submitted):\n  " + "\n  ".join(plan.problems))
+  unknown = plan.unknown
+  if not unknown:
+    return []
+  n = len(unknown)
+  what = "1 run whose last job" if n == 1 else f"{n} runs whose last jobs"
+  why = plan.views[unknown[0].key].job.detail.partition("unknown: ")[2]
+  if not plan.force:
+    jobs_are = "1 run's job is" if n == 1 else f"{n} runs' jobs are"
+    raise UsageError(f"cannot ask Slurm whether {jobs_are} still queued or running ({why}); "
+                     "nothing submitted: run the sweep again when Slurm answers, or with "
+                     "--force to submit them anyway (a job that is still queued would then "
+                     "train its run twice)")
+  return [f"--force: submitting {what} Slurm could not be asked about ({why})"]
+
+
+# -- printing --------------------------------------------------------------------------
+
+
+def summary(plan: Plan, cluster_name: str) -> List[str]:
+  """The sweep's first line(s): how many runs to submit, done, in flight."""
+  sweep_runs, todo = plan.runs, plan.todo
+  line = (f"sweep {sweep_runs[0].model}: {len(sweep_runs)} runs "
+          f"({len({r.algorithm for r in sweep_runs})} algorithms x "
+          f"{len({r.seed for r in sweep_runs})} seeds) on {cluster_name}; "
+          f"{len(todo)} runs to submit, {len(plan.done)} already done")
+  for n, what in [(len(plan.flying), "already queued or running"),
+                  (len(plan.corrupt), "with a corrupt result.json (moved aside, rerun)"),
+                  (len(plan.other), "made with other settings (archived, rerun)")]:
+    line += f", {n} {what}" if n else ""
+  lines = [line]
+  if plan.calibs or plan.calibrated:
+    reading = (plan.calibs[0].reading if plan.calibs else
+               next(iter(plan.calibrated.values()))["reading"])
+    lines.append(f"stage 1, lambda calibration ({reading} reading): {len(plan.calib_todo)} "
+                 f"algorithms to calibrate, {len(plan.calibrated)} calibrated, "
+                 f"{len(plan.calib_flying)} calibrating")
+  return lines
+
+
+def dry_run(plan: Plan, cluster_name: str, resources: cluster.SlurmResources) -> List[str]:
+  """What --dry-run prints after the summary: each calibration and run with what the
+  sweep would do about it, the jobs, their resources and the estimated cost."""
+  lines = _calibration_lines(plan) + _run_lines(plan)
+  k = plan.runs[0].seeds_per_job
+  if k > 1 and plan.todo:
+    groups = cluster.job_groups(plan.todo)
+    lines.append(f"{len(groups)} jobs of up to {k} seeds (SEEDS_PER_JOB={k}), "
+                 "each seed-group trained in one process:")
+    lines += [f"  job {i:<4} {g[0].model}/{g[0].algorithm} seeds "
+              + ",".join(str(r.seed) for r in g) for i, g in enumerate(groups, 1)]
+  if cluster_name == "slurm":
+    per = f"job (up to {k} seeds)" if k > 1 else "run"
+    lines.append(f"slurm resources per {per}: {resources.describe()}")
+  first = plan.runs[0]
+  lines.append(f"gin: {' '.join(first.gin_files)}"
+               + "".join(f" --gin_param {shlex.quote(p)}" for p in first.gin_params))
+  return lines + _cost_lines(plan) + ["dry run: nothing submitted"]
+
+
+def _calibration_lines(plan: Plan) -> List[str]:
+  if not (plan.calibs or plan.calibrated):
+    return []
+  lines = []
+  todo = {c.algorithm: c for c in plan.calib_todo}
+  for alg in sorted({r.algorithm for r in plan.runs}):
+    if alg in plan.calibrated:
+      c = plan.calibrated[alg]
+      tag, what = "skip", f"record: lambda = {c['lambda']:.6g} ({c['record']})"
+    elif alg in plan.calib_flying:
+      tag, what = "skip", plan.calib_flying[alg].detail
+    elif alg in todo:
+      tag, what = "calibrate", str(todo[alg].record_path)
+    else:
+      tag, what = "skip", "no runs left to train"
+    lines.append(f"  {tag:<12} {'calibrate/' + alg:<40} {what}")
+  return lines + ["stage 2, training:"]
+
+
+def _run_lines(plan: Plan) -> List[str]:
+  waits = {c.algorithm for c in plan.calibs}
+  done, flying, todo = plan.done, plan.flying, plan.todo
+  lines = []
+  for r in plan.runs:
+    view = plan.views[r.key]
+    tag, note = "submit", ""
+    if r in done:
+      tag = "skip (done)"
+    elif r in flying or r not in todo:
+      tag = f"skip ({view.job.detail})"
+    else:
+      note = " (after its calibration)" if r.algorithm in waits else ""
+      if view.result.state == "corrupt":
+        note += f" (corrupt: {view.result.detail}; moved aside)"
+      elif view.state == "other":
+        note += f" (other: {view.detail}; archived)"
+      elif view.checkpoint is not None and view.checkpoint.state in ("corrupt", "resume"):
+        note += f" (checkpoint: {view.checkpoint.detail})"
+    lines.append(f"  {tag:<12} {r.name:<40} {r.run_dir}{note}")
+  return lines
+
+
+def _cost_lines(plan: Plan) -> List[str]:
+  from nar_markov import cost  # pylint: disable=g-import-not-at-top  (no jax)
+  settings = cost.settings_from_gin()
+  lines = [cost.format_estimate(cost.count_by_algorithm(r.algorithm for r in plan.todo),
+                                settings)]
+  if plan.calib_todo:
+    from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
+    lines.append(cost.format_calibration_estimate([c.algorithm for c in plan.calib_todo],
+                                                  settings, lambda_heuristic.LambdaHeuristic()))
+  return lines

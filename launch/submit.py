@@ -1,0 +1,231 @@
+"""Submitting a sweep's plan: on Slurm one submitit job array per stage (the G-ForgetNet
+runs of an algorithm after its λ calibration), here (local, debug) one job at a time; the
+manifest says which job runs what before each goes out."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from launch import jobs
+from launch.plan import Plan, UsageError
+from nar_markov import cluster
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def make_executor(cluster_name: str, results_dir, resources: cluster.SlurmResources):
+  """submitit's executor, its folder `<results>/_logs/%j` private to this user."""
+  import submitit  # pylint: disable=g-import-not-at-top
+  try:
+    jobs.private_log_dir(results_dir)
+  except OSError as e:
+    raise UsageError(f"{pathlib.Path(results_dir) / jobs.LOG_DIR} cannot be made private "
+                     f"to this user ({e.strerror}): jobs unpickle what is in it") from None
+  folder = jobs.log_folder(results_dir)
+  params = resources.executor_params()
+  # Jobs start in other directories and may not see an editable install.
+  pythonpath = f"export PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"
+  if cluster_name == "slurm":
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm",
+                                     slurm_max_num_timeout=params.pop("slurm_max_num_timeout"))
+    params["slurm_setup"] = [pythonpath] + params["slurm_setup"]
+    executor.update_parameters(**params)
+  elif cluster_name == "local":
+    executor = submitit.AutoExecutor(folder=folder, cluster="local")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    executor.update_parameters(timeout_min=params["timeout_min"],
+                               local_setup=params["slurm_setup"])
+  else:
+    executor = submitit.AutoExecutor(folder=folder, cluster="debug")
+  return executor
+
+
+# -- Slurm -----------------------------------------------------------------------------
+
+
+def on_slurm(executor, plan: Plan, manifest: jobs.Manifest,
+             resources: cluster.SlurmResources) -> Tuple[Dict[str, str], List[Tuple[list, Any]]]:
+  """Stage 1 (the calibrations to make: one array) and stage 2 (the runs); returns
+  (algorithm -> its calibration task, [(runs, their job)])."""
+  import submitit  # pylint: disable=g-import-not-at-top
+  try:
+    calibrations = submit_calibrations(executor, plan.calib_todo, manifest)
+    return calibrations, submit_runs(executor, plan.todo, manifest, resources,
+                                     _waits(plan, calibrations))
+  except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as e:
+    # sbatch refused the script (unknown partition, account, limits...).
+    raise UsageError(f"sbatch refused the job array: {' '.join(str(e).split())}") from None
+
+
+def _waits(plan: Plan, calibrations: Dict[str, str]) -> Dict[str, str]:
+  """Algorithm -> the calibration task its runs wait for: submitted now, or in flight."""
+  return dict({alg: s.job_id for alg, s in plan.calib_flying.items() if s.job_id},
+              **calibrations)
+
+
+def submit_calibrations(executor, calibs: Sequence[cluster.Calibration],
+                        manifest: jobs.Manifest) -> Dict[str, str]:
+  """One array, a task per algorithm; algorithm -> task id."""
+  if not calibs:
+    return {}
+  calls = [c.job_call() for c in calibs]
+  array = executor.map_array(calls[0][0], [kwargs for _, kwargs in calls])
+  for calib, job in zip(calibs, array):
+    manifest.add_calibration(calib, job)
+  manifest.save()
+  return {c.algorithm: str(j.job_id) for c, j in zip(calibs, array)}
+
+
+def submit_runs(executor, todo: Sequence[cluster.Run], manifest: jobs.Manifest,
+                resources: cluster.SlurmResources, after: Dict[str, str]) -> List[Tuple[list, Any]]:
+  """One array per calibration task the runs wait for (`after`: algorithm -> task;
+  `--dependency=afterok`), one for all the others; [(runs, their job)]."""
+  extra = resources.executor_params()["slurm_additional_parameters"]
+  by_dependency: Dict[Optional[str], list] = {}
+  for group in cluster.job_groups(todo):
+    by_dependency.setdefault(after.get(group[0].algorithm), []).append(group)
+  submitted = []
+  for dependency, groups in by_dependency.items():
+    # A failed calibration cancels its algorithm's runs (Slurm would otherwise keep
+    # them pending forever with DependencyNeverSatisfied).
+    executor.update_parameters(slurm_additional_parameters=dict(
+        extra, **({"dependency": f"afterok:{dependency}", "kill-on-invalid-dep": "yes"}
+                  if dependency else {})))
+    for start in range(0, len(groups), cluster.MAX_ARRAY_SIZE):
+      chunk = groups[start:start + cluster.MAX_ARRAY_SIZE]
+      calls = [cluster.job_call(g) for g in chunk]
+      array = executor.map_array(calls[0][0], [kwargs for _, kwargs in calls])
+      for group, job in zip(chunk, array):
+        for run in group:
+          manifest.add(run, job, after=dependency)
+      submitted += list(zip(chunk, array))
+  executor.update_parameters(slurm_additional_parameters=extra)
+  manifest.save()
+  return submitted
+
+
+def slurm_report(plan: Plan, calibrations: Dict[str, str], submitted, resources,
+                 manifest: jobs.Manifest) -> List[str]:
+  """What the sweep prints once its arrays are submitted."""
+  lines = []
+  if calibrations:
+    arrays = sorted({j.split("_")[0] for j in calibrations.values()})
+    lines.append(f"submitted {len(calibrations)} lambda calibrations as job array {arrays[0]}:")
+    lines += [f"  {job_id:<12} calibrate/{alg}" for alg, job_id in calibrations.items()]
+  todo, k = plan.todo, plan.runs[0].seeds_per_job
+  array_ids = sorted({str(j.job_id).split("_")[0] for _, j in submitted})
+  what = (f"{len(todo)} runs in {len(submitted)} multi-task jobs (one per seed)"
+          if todo[0].multitask else
+          f"{len(todo)} runs in {len(submitted)} jobs of up to {k} seeds" if k > 1
+          else f"{len(submitted)} runs")
+  lines.append(f"submitted {what} as job array {', '.join(array_ids)} ({resources.describe()})")
+  waits = _waits(plan, calibrations)
+  for group, job in submitted:
+    dependency = waits.get(group[0].algorithm)
+    lines.append(f"  {job.job_id:<12} {', '.join(r.name for r in group)}"
+                 + (f"  (after {dependency})" if dependency else ""))
+  results_dir = plan.runs[0].results_dir
+  return lines + [
+      f"logs:     {jobs.log_folder(results_dir)}  (%j = job id, e.g. {submitted[0][1].paths.stderr})",
+      f"results:  {results_dir}/<model>/<algorithm>/seed<k>/result.json",
+      f"manifest: {manifest.path}",
+      f"status:   python launch/sweep.py --status --results {results_dir}"]
+
+
+# -- here: one job at a time -------------------------------------------------------------
+
+
+def run_here(executor, plan: Plan, manifest: jobs.Manifest, cluster_name: str) -> int:
+  """local/debug: the calibrations, then each job, one at a time, with progress;
+  returns how many runs failed (a failed calibration fails its algorithm's runs)."""
+  failed = {}
+  for i, c in enumerate(plan.calib_todo, 1):
+    why = _run_one(executor, c.job_call(), lambda job, c=c: [manifest.add_calibration(c, job)],
+                   f"[calibration {i}/{len(plan.calib_todo)}] {c.name}", manifest,
+                   cluster_name, lambda _, c=c: _calibration_outcome(c))
+    if why:
+      failed[c.algorithm] = why
+  todo = [r for r in plan.todo if r.algorithm not in failed]
+  for r in plan.todo:
+    if r.algorithm in failed:
+      print(f"skip {r.name}: its lambda calibration failed: {failed[r.algorithm]}")
+  failures = len(plan.todo) - len(todo)
+  groups = cluster.job_groups(todo)
+  t_sweep = time.time()
+  for i, group in enumerate(groups, 1):
+    why = _run_one(executor, cluster.job_call(group),
+                   lambda job, g=group: [manifest.add(r, job) for r in g],
+                   f"[{i}/{len(groups)}] {_group_name(group)}", manifest, cluster_name,
+                   lambda paths, g=group: _outcome(paths, g), t_sweep)
+    failures += len(group) if why else 0
+  print(f"{len(plan.todo) - failures}/{len(plan.todo)} runs finished, {failures} failed; "
+        f"results in {plan.runs[0].results_dir}")
+  return failures
+
+
+def _run_one(executor, call, record, name: str, manifest: jobs.Manifest, cluster_name: str,
+             outcome, t_sweep: Optional[float] = None) -> Optional[str]:
+  """Submit one job, `record` it in the manifest (its entries), wait for it and print
+  how it went (`outcome` of its result: what to say, why it failed); why it failed."""
+  t0 = time.time()
+  job = executor.submit(call[0], call[1])
+  records = record(job)
+  manifest.save()
+  where = f" (pid {job.job_id}, log {records[0]['stderr']})" if cluster_name == "local" else ""
+  print(f"{name}: started{where}", flush=True)
+  try:
+    said, why = outcome(job.result())
+  except KeyboardInterrupt:
+    job.cancel()
+    for r in records:
+      r["outcome"] = "interrupted by the user"
+    manifest.save()
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    why = jobs.summarize_exception(e, records[0]["stderr"])
+    said = f"failed: {why}"
+    for r in records:
+      r["outcome"] = why
+    manifest.save()
+  elapsed = f" (sweep elapsed {time.time() - t_sweep:.1f}s)" if t_sweep is not None else ""
+  print(f"{name}: {said} in {time.time() - t0:.1f}s{elapsed}", flush=True)
+  return why
+
+
+def _calibration_outcome(calib: cluster.Calibration) -> Tuple[str, None]:
+  rec = json.loads(calib.record_path.read_text())
+  return (f"lambda = {rec['lambda']:.6g} (share {rec.get('share', 0):.3f}, "
+          f"status {rec.get('status')})"), None
+
+
+def _outcome(paths, group) -> Tuple[str, Optional[str]]:
+  """(what a finished job's results say, why it failed or None)."""
+  paths = [paths] if isinstance(paths, str) else list(paths or [])
+  if not paths or any(not pathlib.Path(p).exists() for p in paths):
+    return "failed: no result.json written", "no result.json written"
+  run, said = group[0], []
+  for path in paths:
+    res = json.loads(pathlib.Path(path).read_text())
+    prefix = (f"{res.get('algorithm')}: " if run.multitask else
+              f"seed{res.get('seed')}: " if run.seeds_per_job > 1 else "")
+    said.append(prefix + f"{res.get('status')} (steps {res.get('steps')}, "
+                f"test_score {res.get('test_score')})")
+  return "; ".join(said), None
+
+
+def _group_name(group) -> str:
+  """What one job trains, for progress lines."""
+  run = group[0]
+  if run.multitask:
+    return f"{run.model}/seed{run.seed} ({len(run.job_algorithms)} algorithms)"
+  if run.seeds_per_job > 1:
+    return (f"{run.model}/{run.algorithm}/seeds {','.join(str(r.seed) for r in group)} "
+            f"({len(group)} seeds in one job)")
+  return run.name
