@@ -885,8 +885,9 @@ class _SeedRun:
     for rule, (step, params) in candidates.items():
       if rule in tested or step is None or step == state["best_step"] or params is None:
         continue
-      tested[rule] = {"step": int(step),
-                      "test": {t.algorithm: self.test(params, t) for t in self.job.tasks}}
+      same = [done for done in tested.values() if done["step"] == int(step)]
+      tested[rule] = same[0] if same else {
+          "step": int(step), "test": {t.algorithm: self.test(params, t) for t in self.job.tasks}}
 
   def selection_of(self, task: "_Task", test_res) -> Dict[str, Any]:
     """result.json's "selection": the test score under each rule, run.py's first."""

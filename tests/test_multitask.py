@@ -354,7 +354,11 @@ def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch
   ckpt = _load(_job_ckpt(tmp_path, "forget_multitask", 2))
   assert ckpt["step"] == 2 and list(ckpt["test_results"]) == ["minimum"]
   paths = experiment.run_from_gin(["gin/multitask.gin"], params, **job)
-  assert tested == [0, 1, 1]  # minimum is not tested again
+  # minimum is not tested again; then each other selection rule at its own step, once
+  selection = json.loads(open(paths[0]).read())["selection"]
+  other_steps = {selection[rule]["step"] for rule in ("last_best", "final")} - {None,
+      selection["first_best"]["step"]}
+  assert tested == [0, 1, 1] + [0, 1] * len(other_steps)
   assert paths == [str(tmp_path / "forget_multitask" / alg / "seed2" / "result.json")
                    for alg in ("minimum", "bfs")]
   for path in paths:
