@@ -18,7 +18,7 @@ training step, one panel per run, the kept step and the penalty switch marked) a
 - `test`: min / median / max of the test curve, and its steps below 80 %.
 
 The test split is never used to select anything here either: this reports, after the fact, how
-much the choice among equally validated parameters matters (issue 17).  No jax.
+much the choice among equally validated parameters matters.  No jax.
 """
 
 import argparse

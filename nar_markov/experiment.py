@@ -81,7 +81,7 @@ class Protocol:
       curves["test"].  Never used to select anything, so it changes no number
       of a run and is not one of its defining settings; it costs one test
       evaluation each time.  It shows how the test score moves between the
-      evaluations that validation could pick (issue 17: best-validation
+      evaluations that validation could pick (best-validation
       selection once validation saturates at 1.0).
   """
   train_steps: int = 10_000

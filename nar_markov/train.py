@@ -151,7 +151,7 @@ class Model:
 
     # Run start-up and per-step keys in one compiled function each: done
     # eagerly, PRNGKey, fold_in and the optimizer's zeros_like per parameter
-    # shape are an XLA compilation apiece (issue 6's compile budget).
+    # shape are an XLA compilation apiece.
     def init_state(seed, features_list):
       params = init_params(jax.random.PRNGKey(seed), features_list)
       return params, self.optimizer.init(params)

@@ -1,6 +1,6 @@
 """The fast path (nar_markov.fastnet) computes the reference net's function.
 
-Issue 6's correctness guard: on tiny configs, `NetConfig(impl='fast')` and
+The fast net's correctness guard: on tiny configs, `NetConfig(impl='fast')` and
 `impl='reference'` (dm-clrs's modules as they are) give the same losses,
 gradients, predictions and hint statistics with the same parameters.  The
 algorithms cover every (location, type) of CLRS feature the decoders and
