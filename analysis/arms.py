@@ -5,7 +5,7 @@
 One row per (algorithm, model label), each a mean over the seeds found (every arm that ran):
   test_*      OOD test micro-F1 (%) under each selection rule of result.json's "selection"
               (first_best = run.py's, the run's test_score; last_best; final);
-  delta_*     that minus ForgetNet's (label `forget`) mean on the same algorithm;
+  delta_*     that minus ForgetNet's (label `forget`) on the same algorithm and seeds (paired);
   gate_norm   the validation history norm ||g * h||/sqrt(d) at the last evaluation (Fig. 5);
   gate_norm_switch  the same at the penalty's start (its last evaluation before it);
   share       the penalty's share of the loss, P / (L + P), over the last 5 % of training;
@@ -62,12 +62,16 @@ def arms_frame(runs):
   means = per_seed.groupby(["algorithm", "model"]).agg(
       seeds=("seed", lambda s: ",".join(str(int(x)) for x in sorted(s))),
       **{c: (c, "mean") for c in per_seed.columns if c not in ("model", "algorithm", "seed")})
+  forget = per_seed[per_seed.model == FORGETNET].set_index(["algorithm", "seed"])
   for (alg, model), _ in means.iterrows():
-    if (alg, FORGETNET) not in means.index:
+    mine = per_seed[(per_seed.algorithm == alg) & (per_seed.model == model)]
+    paired = [(r, forget.loc[(alg, r.seed)]) for r in mine.itertuples()
+              if (alg, r.seed) in forget.index]
+    if not paired:
       continue
-    for rule in RULES:
-      means.loc[(alg, model), f"delta_{rule}"] = (
-          means.loc[(alg, model), f"test_{rule}"] - means.loc[(alg, FORGETNET), f"test_{rule}"])
+    for rule in RULES:  # paired: ForgetNet on the same seeds only
+      means.loc[(alg, model), f"delta_{rule}"] = np.mean(
+          [getattr(r, f"test_{rule}") - f[f"test_{rule}"] for r, f in paired])
   order = {m: i for i, m in enumerate(labels.sort_models(means.index.get_level_values(1)))}
   means = means.reset_index()
   means = means.sort_values(["algorithm", "model"], key=lambda c: c.map(order) if c.name == "model" else c)
