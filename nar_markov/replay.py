@@ -134,7 +134,8 @@ def describe(plan: Plan, results_dir) -> str:
   if plan.multitask:
     lines.append(f"with      {', '.join(plan.algorithms)} (one multi-task processor)")
   if plan.record is not None:
-    lines.append(f"lambda    {r.get('lambda_gate')} from {plan.record} (copied along)")
+    lines.append(f"lambda    {r.get('lambda_gate')} from {plan.record} "
+                 "(copied to the same place under the new results folder)")
   if r.get("commit"):
     lines.append(f"code      trained at {r['commit']}{' (dirty)' if r.get('dirty') else ''}")
   return "\n".join(lines)
