@@ -638,7 +638,7 @@ def run_experiment(*,
   return train.run(tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
                    multitask=model.endswith(MULTITASK_SUFFIX), results_dir=results_dir,
                    net=net, protocol=protocol,
-                   gin_str=gin.config_str() or as_gin(model, net, protocol, penalty),
+                   gin_str=run_gin(model, net, protocol, penalty),
                    cache_dir=cache_dir, stop_after_steps=stop_after_steps,
                    save_final_state=save_final_state, progress=progress)
 
@@ -656,6 +656,29 @@ def as_gin(model: str, net: NetConfig, protocol: Protocol,
   if penalty is not None:
     lines.append("run_experiment.penalty = @GatePenalty()")
   return "\n".join(lines) + "\n"
+
+
+def run_gin(model: str, net: NetConfig, protocol: Protocol,
+            penalty: Optional[GatePenalty]) -> str:
+  """A run's config.gin: the parsed gin, and after it -- where the caller gave the run
+  other components than that gin makes (nar_markov/calibrate.py's runs: their own
+  label, length and lambda) -- the run's own, which gin reads over the ones above.
+  Parsed alone, it gives the run that was trained (nar_markov/replay.py)."""
+  parsed = gin.config_str()
+  if not parsed:
+    return as_gin(model, net, protocol, penalty)
+  try:
+    c = configured()
+  except ValueError:  # gin that builds no components (a bad binding): write them all
+    c = {}
+  if (c.get("model"), c.get("net"), c.get("protocol"), c.get("penalty")) == (
+      model, net, protocol, penalty):
+    return parsed
+  own = as_gin(model, net, protocol, penalty)
+  if penalty is None:
+    own += "run_experiment.penalty = None\n"
+  return (parsed.rstrip("\n") + "\n\n# Given by the caller, not by the gin above "
+          "(gin reads these over it):\n" + own)
 
 
 def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,

@@ -406,12 +406,45 @@ def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
                            + "; ".join(problems) + ". Use another results folder, or "
                            "move the record aside to recalibrate")
   return float(record["lambda"]), {
-      "source": "calibration record", "record": str(path),
+      "source": "calibration record", "record": record_relpath(path, results_dir),
       "reading": record["reading"], "lambda": float(record["lambda"]),
       "status": record.get("status"), "calibration_step": record["calibration_step"],
       "window_steps": record.get("window_steps"),
       "seeds": [s["seed"] for s in record["seeds"]],
       "share": record.get("share"), "created": record.get("created")}
+
+
+def record_relpath(path, results_dir) -> str:
+  """How result.json names a file of its results folder (a calibration record, the
+  state a run continued from): relative to `results_dir`, the folder the run was
+  trained into, so that the results read the same on any machine.  A path outside
+  that folder stays as it is (`legacy_relpath` maps the older absolute ones)."""
+  path, root = pathlib.Path(path), pathlib.Path(results_dir)
+  for base in (root, root.resolve()):
+    try:
+      return path.relative_to(base).as_posix()
+    except ValueError:
+      pass
+  return str(path)
+
+
+def legacy_relpath(path) -> str:
+  """`record_relpath` of a path a result recorded before results named them so:
+  absolute, on the machine that trained it, ``<its results folder>/_calibration/...``;
+  its part from ``_calibration/`` on.  Any other path comes back as it is."""
+  p = pathlib.PurePosixPath(path)
+  if p.is_absolute() and CALIBRATION_DIR in p.parts:
+    return pathlib.PurePosixPath(*p.parts[p.parts.index(CALIBRATION_DIR):]).as_posix()
+  return str(path)
+
+
+def resolve_recorded(path, results_dir=None) -> pathlib.Path:
+  """The file a result names (`record_relpath`'s form or an older absolute one):
+  a relative path is under `results_dir`, the folder the run was trained into."""
+  path = pathlib.Path(path)
+  if path.is_absolute() or results_dir is None:
+    return path
+  return pathlib.Path(results_dir) / path
 
 
 def record_heuristic(h: LambdaHeuristic, schedule_steps: int) -> Dict[str, Any]:
@@ -446,7 +479,8 @@ class Continuation:
 
 
 def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
-                 penalty_start: int, lambda_constant: bool = True) -> Optional[Continuation]:
+                 penalty_start: int, lambda_constant: bool = True,
+                 results_dir=None) -> Optional[Continuation]:
   """The calibration state a run of `seed` (λ = `lam` from `penalty_start`; its λ from
   the record `record_info` names, load_lambda's info) continues from, or None.
 
@@ -454,12 +488,13 @@ def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
   schedule reading, penalty off until the calibration step, as in the λ = 0 run;
   constant reading, penalty on from step 0 with the record's λ, one value
   throughout (`lambda_constant`: no ramp, no adaptation), as in the chosen trial
-  (continuation_state says which state, and that it exists).
+  (continuation_state says which state, and that it exists).  `results_dir`: the
+  folder the run trains into, under which a relative record path lies (`resolve_recorded`).
   """
   reading, step = record_info["reading"], int(record_info["calibration_step"])
   if penalty_start != (step if reading == "schedule" else 0):
     return None
-  record = read_record(pathlib.Path(record_info["record"]))
+  record = read_record(resolve_recorded(record_info["record"], results_dir))
   if reading == "constant" and not (
       lambda_constant and math.isclose(lam, record["lambda"], rel_tol=1e-12)):
     return None

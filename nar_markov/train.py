@@ -46,6 +46,7 @@ from nar_markov import fastnet
 from nar_markov import lambda_heuristic
 from nar_markov import model as model_lib
 from nar_markov import params_io
+from nar_markov import provenance
 from nar_markov import runs
 
 if TYPE_CHECKING:  # what a run is (jax-free) builds what this module trains; never imported here
@@ -449,7 +450,7 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
     vals = [data.ValidationPool(t.algorithm, seed=k, lengths=t.lengths,
                                 mode=job.validation_mode) for t, k in zip(job.tasks, seeds_of)]
     run = _SeedRun(job, s, runs.job_folder(results_dir, job.model, algorithms, s), out_dirs,
-                   streams, vals)
+                   streams, vals, results_dir=results_dir)
     params, opt_state = run.start()
     by_step.setdefault(run.step, []).append((run, params, opt_state))
   if len(by_step) > 1 and len(job.tasks) == 1:
@@ -565,9 +566,12 @@ class _SeedRun:
 
   def __init__(self, job: _Job, seed: int, job_dir: pathlib.Path,
                out_dirs: Sequence[pathlib.Path], streams: Sequence[data.TrainStream],
-               vals: Sequence[data.ValidationPool]):
+               vals: Sequence[data.ValidationPool], results_dir=None):
     self.job = job
     self.seed = int(seed)
+    # The folder the run trains into: result.json names its files relative to it.
+    self.results_dir = (pathlib.Path(results_dir) if results_dir is not None
+                        else pathlib.Path(out_dirs[0]).parents[2])
     self.out_dirs = list(out_dirs)
     self.streams = list(streams)
     self.vals = list(vals)
@@ -682,7 +686,8 @@ class _SeedRun:
       return None
     return lambda_heuristic.continuation(
         info, self.seed, lam=task.lam, penalty_start=task.penalty_start,
-        lambda_constant=task.penalty is None or task.penalty.acts_from_start_only)
+        lambda_constant=task.penalty is None or task.penalty.acts_from_start_only,
+        results_dir=self.results_dir)
 
   def lambda_at(self, task: "_Task", step: int) -> np.float32:
     """The penalty weight of train step `step` (0-based): 0 before the task's penalty
@@ -906,6 +911,19 @@ class _SeedRun:
         out[rule] = {"step": step, "test_score": None}
     return out
 
+  def lambda_calibration_of(self, task: "_Task") -> Optional[Dict[str, Any]]:
+    """result.json's lambda_calibration: where lambda came from, and the calibration
+    state this run continued from, its paths relative to the results folder."""
+    if task.lambda_info is None:
+      return None
+    info = dict(task.lambda_info)
+    if info.get("record"):
+      info["record"] = lambda_heuristic.record_relpath(info["record"], self.results_dir)
+    if self.state.get("continued_from"):
+      info["continued_from"] = lambda_heuristic.record_relpath(
+          self.state["continued_from"], self.results_dir)
+    return info
+
   def result_of(self, task: "_Task", test_res: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The result record of one algorithm (schema: nar_markov.runs)."""
     job, state = self.job, self.state
@@ -928,9 +946,7 @@ class _SeedRun:
         "lambda_gate": task.lam,
         "lambda_reading": (task.lambda_info or {}).get("reading"),
         "penalty_start_step": task.penalty_start,
-        "lambda_calibration": (None if task.lambda_info is None else dict(
-            task.lambda_info, **({"continued_from": state["continued_from"]}
-                                 if state.get("continued_from") else {}))),
+        "lambda_calibration": self.lambda_calibration_of(task),
         "hidden_size": task.settings["hidden_size"],
         "batch_size": task.settings["batch_size"],
         "learning_rate": task.settings["learning_rate"],
@@ -944,6 +960,7 @@ class _SeedRun:
         "eval_time_s": self.t_eval,
         "steps_per_s": steps_done / max(self.t_train, 1e-9),
         "versions": package_versions(),
+        **provenance.code_version(),
         "device": devices.describe_backend(),
         "gin_config": job.gin_str,
         "selection": self.selection_of(task, test_res),

@@ -12,6 +12,7 @@ from nar_markov import calibrate
 from nar_markov import config
 from nar_markov import experiment
 from nar_markov import lambda_heuristic
+from nar_markov import replay
 from nar_markov import train
 
 import flat
@@ -310,6 +311,13 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   info = res["lambda_calibration"]
   assert info["source"] == "calibration record" and info["reading"] == "schedule"
   assert info["continued_from"].endswith(train.FINAL_STATE_NAME)
+  # result.json names the record and the state relative to its results folder.
+  for key in ("record", "continued_from"):
+    assert not pathlib.Path(info[key]).is_absolute() and (tmp_path / info[key]).exists()
+  # The calibration run's config.gin, parsed alone, gives that run (its own label, length
+  # and λ over the sweep's gin): it replays from its folder.
+  base = lambda_heuristic.lambda0_results_dir(tmp_path) / "calibrate" / "insertion_sort" / "seed0"
+  assert replay.check_folder(base).model == "calibrate"
   tr = res["curves"]["train"]
   before = [p for s, p in zip(tr["step"], tr["gate_penalty"]) if s <= switch]
   after = [p for s, p in zip(tr["step"], tr["gate_penalty"]) if s > switch]
@@ -347,7 +355,8 @@ def test_constant_reading_end_to_end(tmp_path, cache):
   # The run continued from the chosen trial's state; the other trials' states are gone.
   chosen = seed["trials"][seed["chosen_trial"]]
   assert chosen["lambda"] == record["lambda"]
-  assert res["lambda_calibration"]["continued_from"] == seed["chosen_state"]
+  assert (tmp_path / res["lambda_calibration"]["continued_from"]).resolve() == (
+      pathlib.Path(seed["chosen_state"]).resolve())
   assert seed["chosen_state"] == chosen["final_state"]
   for t in seed["trials"]:
     assert pathlib.Path(t["final_state"]).exists() == (t is chosen)

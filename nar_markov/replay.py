@@ -1,0 +1,201 @@
+"""Replay a finished run from its own folder: its config.gin, trained again into another results folder.
+
+A run folder ``<results>/<model>/<algorithm>/seed<k>/`` keeps the config.gin it was
+trained with beside its result.json.  `check_folder` parses that config.gin alone with
+today's code and asks nar_markov.runs whether the result it holds is done with the run
+definition the gin gives (model, history, settings, λ: `runs.check_result`, as the sweep
+asks) -- the folder then says everything needed to train the run again.  `replay` trains
+it (experiment.run_from_gin: the same label, algorithm(s) and seed) into another results
+folder, with the λ calibration record the run read copied along.
+
+CLI:
+  python -m nar_markov.replay results/pilot/forget/insertion_sort/seed0 --results /tmp/replay
+  python -m nar_markov.replay <run folder> --results <folder> --dry-run   # check, print the plan
+Errors (a folder without config.gin or result.json, a config.gin that does not give the
+result's run) are one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import shutil
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from nar_markov import config as config_lib
+from nar_markov import quiet
+from nar_markov import runs
+
+
+class ReplayError(ValueError):
+  """A run folder that cannot be replayed (one line, for the CLI)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What a replay trains: the run of `folder` (its result `result`), parsed from its
+  config.gin; `source_root` the results folder it was trained into."""
+  folder: pathlib.Path
+  result: Dict[str, Any]
+  source_root: pathlib.Path
+  definition: Dict[str, Any]
+  record: Optional[pathlib.Path]  # the λ calibration record the run reads, if any
+
+  @property
+  def model(self) -> str:
+    return self.result["model"]
+
+  @property
+  def algorithms(self) -> List[str]:
+    return list(self.result.get("multitask_algorithms") or [self.result["algorithm"]])
+
+  @property
+  def multitask(self) -> bool:
+    from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+    return self.model.endswith(experiment.MULTITASK_SUFFIX)
+
+  def target(self, results_dir) -> pathlib.Path:
+    return runs.run_dir(results_dir, self.model, self.result["algorithm"], self.result["seed"])
+
+
+def read_folder(folder) -> Dict[str, Any]:
+  """The result of run folder `folder`; ReplayError unless it has a config.gin and a
+  usable result.json that names this folder's model, algorithm and seed."""
+  folder = pathlib.Path(folder).absolute()
+  if not folder.is_dir():
+    raise ReplayError(f"{folder} is not a folder")
+  for name in (runs.CONFIG_NAME, runs.RESULT_NAME):
+    if not (folder / name).is_file():
+      raise ReplayError(f"{folder} has no {name}: not a finished run folder")
+  result, problems = runs.read_result(folder / runs.RESULT_NAME)
+  if problems:
+    raise ReplayError(f"{folder / runs.RESULT_NAME}: " + "; ".join(problems))
+  where = runs.run_dir(folder.parents[2], result["model"], result["algorithm"], result["seed"])
+  if where.resolve() != folder.resolve():
+    raise ReplayError(f"{folder} holds the result of {result['model']}/"
+                      f"{result['algorithm']}/seed{result['seed']}: not its own folder")
+  return result
+
+
+def check_folder(folder) -> Plan:
+  """The replay plan of `folder`, after checking that its config.gin, parsed alone with
+  today's code, gives the run its result.json records (runs.check_result with
+  experiment.run_definition_from_gin: done or diverged).  ReplayError otherwise."""
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top
+  folder = pathlib.Path(folder).absolute()
+  result = read_folder(folder)
+  root = folder.parents[2]
+  try:
+    config_lib.parse_gin([str((folder / runs.CONFIG_NAME).resolve())])
+    algorithms = result.get("multitask_algorithms") or [result["algorithm"]]
+    definition = experiment.run_definition_from_gin(result["algorithm"], root, algorithms)
+    penalty = experiment.configured()["penalty"]
+  except ValueError as e:
+    raise ReplayError(f"{folder / runs.CONFIG_NAME} does not parse with this code: "
+                      + str(e).splitlines()[0]) from e
+  verdict = runs.check_result(folder, definition)
+  if not verdict.done:
+    raise ReplayError(f"{folder / runs.CONFIG_NAME} does not give the run of its "
+                      f"result.json ({verdict.state}): {verdict.detail}")
+  record = None
+  if experiment.needs_calibration(penalty):
+    h = lambda_heuristic.LambdaHeuristic()
+    record = lambda_heuristic.record_path(root, h.reading, result["algorithm"],
+                                          definition["settings"].get("history_scope"))
+  return Plan(folder, result, root, definition, record)
+
+
+def copy_record(plan: Plan, results_dir) -> Optional[pathlib.Path]:
+  """The run's calibration record, copied to the same place under `results_dir` (where
+  the run reads λ); an existing different one there is a ReplayError (never replaced)."""
+  if plan.record is None:
+    return None
+  target = pathlib.Path(results_dir) / plan.record.relative_to(plan.source_root)
+  if target.exists():
+    if target.read_bytes() != plan.record.read_bytes():
+      raise ReplayError(f"{target} exists and is another calibration record than "
+                        f"{plan.record}: replay into another results folder")
+    return target
+  target.parent.mkdir(parents=True, exist_ok=True)
+  shutil.copyfile(plan.record, target)
+  return target
+
+
+def describe(plan: Plan, results_dir) -> str:
+  """The plan in a few lines."""
+  r = plan.result
+  lines = [f"run       {plan.model}/{r['algorithm']}/seed{r['seed']} ({r['status']}, "
+           f"test_score {r['test_score']}, {r['steps']} steps)",
+           f"from      {plan.folder / runs.CONFIG_NAME} (parses; gives this result's run)",
+           f"into      {plan.target(results_dir)}"]
+  if plan.multitask:
+    lines.append(f"with      {', '.join(plan.algorithms)} (one multi-task processor)")
+  if plan.record is not None:
+    lines.append(f"lambda    {r.get('lambda_gate')} from {plan.record} "
+                 "(copied to the same place under the new results folder)")
+  if r.get("commit"):
+    lines.append(f"code      trained at {r['commit']}{' (dirty)' if r.get('dirty') else ''}")
+  return "\n".join(lines)
+
+
+def replay(folder, results_dir) -> Dict[str, Any]:
+  """Train the run of `folder` again into `results_dir`; its new result."""
+  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  plan = check_folder(folder)
+  check_target(plan, results_dir)
+  copy_record(plan, results_dir)
+  r = plan.result
+  experiment.run_from_gin([str((plan.folder / runs.CONFIG_NAME).resolve())], [],
+                          algorithms=plan.algorithms, seeds=[r["seed"]],
+                          results_dir=str(results_dir), multitask=plan.multitask)
+  new, problems = runs.read_result(plan.target(results_dir) / runs.RESULT_NAME)
+  if problems:
+    raise ReplayError(f"the replay wrote no usable result: {'; '.join(problems)}")
+  return new
+
+
+def check_target(plan: Plan, results_dir) -> None:
+  """A replay writes into another results folder than the run's own."""
+  if pathlib.Path(results_dir).resolve() == plan.source_root.resolve():
+    raise ReplayError(f"--results {results_dir} is the run's own results folder: "
+                      "replay into another one")
+  try:
+    runs.check_results_folder(results_dir)
+  except ValueError as e:
+    raise ReplayError(str(e)) from e
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  quiet.setup(argv)  # before training imports clrs/tensorflow: no start-up banners
+  parser = argparse.ArgumentParser(prog="python -m nar_markov.replay",
+                                   description=__doc__.split("\n")[0])
+  parser.add_argument("folder", help="a finished run folder: <results>/<model>/<algorithm>/seed<k>")
+  parser.add_argument("--results", required=True,
+                      help="the results folder to train the run into (not its own)")
+  parser.add_argument("--dry-run", action="store_true",
+                      help="only check that config.gin parses and gives the result's run; "
+                      "print the plan")
+  quiet.add_flag(parser)
+  args = parser.parse_args(argv)
+  try:
+    plan = check_folder(args.folder)
+    check_target(plan, args.results)
+    print(describe(plan, args.results))
+    if args.dry_run:
+      return 0
+    new = replay(args.folder, args.results)
+  except ReplayError as e:
+    print(f"replay: error: {e}", file=sys.stderr)
+    return 2
+  old = plan.result["test_score"]
+  same = new["test_score"] == old
+  print(f"test_score {new['test_score']} (recorded {old}: "
+        f"{'the same' if same else 'differs'})")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

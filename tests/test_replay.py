@@ -1,0 +1,162 @@
+"""Every committed result replays from its own folder: its config.gin parses with today's code
+and gives its result's run, its result names no absolute path, and a replayed run scores
+the same (nar_markov/replay.py, nar_markov/migrate_results.py, nar_markov/provenance.py)."""
+
+import dataclasses
+import json
+import pathlib
+
+import gin
+import pytest
+
+from nar_markov import config
+from nar_markov import experiment
+from nar_markov import lambda_heuristic
+from nar_markov import migrate_results
+from nar_markov import provenance
+from nar_markov import replay
+from nar_markov import runs
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+COMMITTED = [p.parent for p in runs.result_files(REPO / "results")]
+
+
+def _name(folder: pathlib.Path) -> str:
+  return folder.relative_to(REPO / "results").as_posix()
+
+
+def test_there_are_committed_results():
+  assert len(COMMITTED) > 10
+
+
+@pytest.mark.parametrize("folder", COMMITTED, ids=_name)
+def test_committed_run_replays_from_its_folder(folder):
+  """config.gin parses alone and gives the result's run (check_result: the sweep's test),
+  settings key by key too; lambda_calibration names its files relative to the results
+  folder the run was trained into, and they are there."""
+  plan = replay.check_folder(folder)
+  result = json.loads((folder / runs.RESULT_NAME).read_text())
+  assert plan.result == result
+  assert runs.definition_mismatch(result, {"settings": plan.definition["settings"]}) == []
+  info = result.get("lambda_calibration") or {}
+  assert migrate_results.absolute_paths(result) == {}
+  if info.get("record"):
+    assert (folder.parents[2] / info["record"]).is_file()
+
+
+def test_committed_config_gin_are_migrated():
+  """No config.gin under results/ (finished or not) still has the old flat bindings."""
+  flat = [p for p in migrate_results.run_folders(REPO / "results")
+          if migrate_results.is_flat((p / runs.CONFIG_NAME).read_text())]
+  assert flat == []
+
+
+OLD_GIN = """\
+ALGORITHMS = ['bfs']
+run_experiment.batch_size = 8
+run_experiment.hidden_size = 16
+run_experiment.lambda_gate = None
+run_experiment.model = 'gforget'
+run_experiment.train_lengths = [4, 7]
+run_experiment.train_steps = 20
+"""
+
+
+def test_flat_bindings_become_todays():
+  text = migrate_results.migrate_config(OLD_GIN, None)
+  assert migrate_results.migrate_config(text, None) == text  # idempotent
+  config.parse_gin([], [])
+  gin.parse_config(text)
+  c = experiment.configured()
+  assert c["model"] == "gforget" and c["net"].history == "gated"
+  assert (c["net"].hidden_size, c["protocol"].batch_size, c["protocol"].train_steps) == (16, 8, 20)
+  assert c["penalty"] == experiment.GatePenalty(None)
+  forget = migrate_results.migrate_config(OLD_GIN.replace("'gforget'", "'forget'"), None)
+  assert "lambda_gate" not in forget and "@GatePenalty" not in forget
+
+
+def test_only_the_paths_of_a_result_change():
+  result = {"test_score": 0.375, "lambda_calibration": {
+      "record": "/elsewhere/r/_calibration/schedule/bfs.json", "lambda": 0.1,
+      "continued_from": "/elsewhere/r/_calibration/runs/lambda0/calibrate/bfs/seed0/final_state.npz"}}
+  text = json.dumps(result, indent=1)
+  new = migrate_results.migrate_result_paths(text)
+  info = json.loads(new)["lambda_calibration"]
+  assert info["record"] == "_calibration/schedule/bfs.json"
+  assert info["continued_from"] == "_calibration/runs/lambda0/calibrate/bfs/seed0/final_state.npz"
+  assert migrate_results.migrate_result_paths(new) == new
+  assert new.replace(info["record"], "").replace(info["continued_from"], "") == text.replace(
+      result["lambda_calibration"]["record"], "").replace(
+          result["lambda_calibration"]["continued_from"], "")
+
+
+def test_recorded_paths_read_both_ways(tmp_path):
+  path = tmp_path / "_calibration" / "schedule" / "bfs.json"
+  rel = lambda_heuristic.record_relpath(path, tmp_path)
+  assert rel == "_calibration/schedule/bfs.json"
+  assert lambda_heuristic.resolve_recorded(rel, tmp_path) == path
+  assert lambda_heuristic.resolve_recorded(str(path), tmp_path / "other") == path
+  assert lambda_heuristic.record_relpath("/else/x.npz", tmp_path) == "/else/x.npz"
+
+
+def test_config_gin_keeps_components_the_caller_gave():
+  """A calibration run's components are not its gin's: its config.gin says them too."""
+  config.parse_gin(["gin/gforget.gin", "gin/smoke.gin"])
+  c = experiment.configured()
+  assert experiment.run_gin(c["model"], c["net"], c["protocol"], c["penalty"]) == gin.config_str()
+  protocol = dataclasses.replace(c["protocol"], train_steps=12, schedule_steps=20)
+  penalty = experiment.GatePenalty(0.0, start_step=0)
+  text = experiment.run_gin("calibrate", c["net"], protocol, penalty)
+  gin.clear_config()
+  gin.parse_config(text)
+  assert experiment.configured() == dict(model="calibrate", net=c["net"], protocol=protocol,
+                                         penalty=penalty)
+
+
+def test_provenance_outside_git_is_none(tmp_path, monkeypatch):
+  monkeypatch.setattr(provenance, "PACKAGE_DIR", tmp_path)
+  provenance.code_version.cache_clear()
+  try:
+    assert provenance.code_version() == {"commit": None, "dirty": None}
+  finally:
+    provenance.code_version.cache_clear()
+
+
+@pytest.mark.parametrize("missing", [runs.CONFIG_NAME, runs.RESULT_NAME])
+def test_a_folder_that_is_not_a_finished_run_is_one_line_exit_2(tmp_path, capsys, missing):
+  folder = tmp_path / "r" / "forget" / "bfs" / "seed0"
+  folder.mkdir(parents=True)
+  for name in {runs.CONFIG_NAME, runs.RESULT_NAME} - {missing}:
+    (folder / name).write_text("{}")
+  assert replay.main([str(folder), "--results", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("replay: error:") and missing in err and "\n" not in err
+
+
+def test_dry_run_checks_and_trains_nothing(tmp_path, capsys):
+  folder = REPO / "results" / "pilot" / "forget" / "insertion_sort" / "seed0"
+  assert replay.main([str(folder), "--results", str(tmp_path / "out"), "--dry-run"]) == 0
+  assert "forget/insertion_sort/seed0" in capsys.readouterr().out
+  assert not (tmp_path / "out").exists()
+
+
+TINY = ["NetConfig.hidden_size = 8", "Protocol.train_steps = 4", "Protocol.eval_every_steps = 2",
+        "Protocol.log_every_steps = 2", "Protocol.checkpoint_every_steps = 2"]
+
+
+def test_a_replayed_run_scores_the_same(tmp_path, monkeypatch, data_cache_dir, capsys):
+  """A tiny run, trained, then replayed from its folder into another: the same test score
+  (deterministic on CPU); both results say which code trained them."""
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+  (path,) = experiment.run_from_gin(["gin/forget.gin", "gin/smoke.gin"], TINY,
+                                    algorithms=["bfs"], seeds=[0],
+                                    results_dir=str(tmp_path / "a"))
+  first = json.loads(pathlib.Path(path).read_text())
+  gin.clear_config()
+  assert replay.main([str(pathlib.Path(path).parent), "--results", str(tmp_path / "b")]) == 0
+  second = json.loads((tmp_path / "b" / "forget" / "bfs" / "seed0" / runs.RESULT_NAME).read_text())
+  assert second["test_score"] == first["test_score"] and second["steps"] == 4
+  assert "(recorded" in capsys.readouterr().out
+  for r in (first, second):
+    assert "commit" in r and "dirty" in r
+    assert r["commit"] == provenance.code_version()["commit"]
