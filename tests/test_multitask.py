@@ -348,7 +348,7 @@ def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch
     return real(net, params, split, algorithm_index, *args, with_hints=with_hints,
                 **kwargs)
 
-  monkeypatch.setattr(train, "evaluate_split", evaluate_split)
+  monkeypatch.setattr(learner, "evaluate_split", evaluate_split)
   job = dict(algorithms=["minimum", "bfs"], seeds=[2], results_dir=str(tmp_path),
              multitask=True)
   with pytest.raises(_Killed):
