@@ -6,8 +6,8 @@
         [--seed 0] [--out bench.json]
 
 For each algorithm, three measurements of the paper's baseline (our
-`train.Model` with `NetConfig(history='full')` -- the default impl, i.e. the
-fast path of nar_markov.fastnet -- and `train.make_optimizer`) and of
+`learner.Learner` with `NetConfig(history='full')` -- the default impl, i.e. the
+fast path of nar_markov.fastnet -- and `learner.make_optimizer`) and of
 `clrs.models.BaselineModel` built as `clrs/examples/run.py` builds it
 (triplet_gmpnn with layer norm and 8 triplet features, hints encoded and
 decoded, no teacher forcing, soft hint re-prediction, xavier_on_scalars, no
@@ -42,7 +42,7 @@ LSTM, no dropout, one message-passing step, lr 1.5e-3, clipping at 1.0):
    fresh subprocess each: wall time of the pass (its compilations included,
    also reported apart), peak resident memory (the worker's own VmHWM; its
    ru_maxrss is recorded too but includes the parent's RSS at spawn) and
-   the score. Ours: `train.evaluate_split` at `train.default_test_batch_size`;
+   the score. Ours: `learner.evaluate_split` at `learner.default_test_batch_size`;
    clrs: run.py's `collect_and_eval` over batches of 32. Both untrained, with
    the same (dm-clrs's) initial parameters, so the scores must agree.
 
@@ -86,7 +86,8 @@ from benchmarks import common
 from nar_markov import data
 from nar_markov import model as model_lib
 from nar_markov import quiet
-from nar_markov import train
+from nar_markov import learner
+from nar_markov import util
 
 SCHEMA = "nar_markov.bench/1"
 DEFAULT_ALGORITHMS = ("bfs", "insertion_sort", "dfs", "floyd_warshall",
@@ -150,16 +151,16 @@ def ours_batch(algorithm: str, feedback: clrs.Feedback) -> clrs.Feedback:
 # -- the two implementations --------------------------------------------------------
 
 
-def ours_model(spec, nb_dims, hidden: int) -> train.Model:
+def ours_model(spec, nb_dims, hidden: int) -> learner.Learner:
   """Our baseline's model, as run_experiment builds it."""
   config = model_lib.NetConfig(hidden_size=int(hidden), history="full",
                                processor="triplet_gmpnn", use_ln=True,
                                nb_triplet_fts=NB_TRIPLET_FTS,
                                nb_msg_passing_steps=1,
                                encoder_init="xavier_on_scalars")
-  optimizer = train.make_optimizer(LEARNING_RATE, PROTOCOL_TRAIN_STEPS,
+  optimizer = learner.make_optimizer(LEARNING_RATE, PROTOCOL_TRAIN_STEPS,
                                    GRAD_CLIP_MAX_NORM)
-  return train.Model([spec], [nb_dims], config, optimizer)
+  return learner.Learner([spec], [nb_dims], config, optimizer)
 
 
 def build_ours(spec, nb_dims, hidden: int, rng_seed: int, init_feedback):
@@ -437,12 +438,12 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   init_feedback = data.take_samples(test, 1)
   nb_nodes = data.nb_nodes_of(test)
   if impl == "ours":
-    batch_size = train.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
+    batch_size = learner.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
     net = ours_model(spec, model_lib.nb_dims_of(test), hidden)
     # dm-clrs's own initial parameters (the clrs worker's, same seed): the
     # two passes compute the same function, so the scores must agree.
     params = build_clrs(spec, init_feedback, hidden, seed + 1).params
-    run = lambda: train.evaluate_split(net, params, test, 0, batch_size,
+    run = lambda: learner.evaluate_split(net, params, test, 0, batch_size,
                                        with_hints=False)
   else:
     from clrs.examples import run as clrs_run  # pylint: disable=g-import-not-at-top
@@ -631,7 +632,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
           timespec="seconds"),
       "machine": common.machine_info(),
-      "versions": train.package_versions(),
+      "versions": util.package_versions(),
       "settings": {
           "algorithms": list(algorithms), "steps": int(steps),
           "hidden": int(hidden), "batch": int(batch),

@@ -7,12 +7,12 @@
 What `run_experiment(seed=[s1..sK])` (SEEDS_PER_JOB = K) buys over K separate
 runs, per training step, on this machine:
 
-- vmapped: seeds `seed .. seed+K-1` trained by ONE `train.make_vmapped_train_step`
-  call per step, on their batches stacked by `train.stack_batches` (time-padded
+- vmapped: seeds `seed .. seed+K-1` trained by ONE `learner.make_vmapped_train_step`
+  call per step, on their batches stacked by `learner.stack_batches` (time-padded
   to the longest of the K) -- the K-seed loop of `experiment.run_experiment`,
   stacking and step rng included.
 - sequential: the same K seeds one after another, each with its own
-  `train.Model` (so its own jitted `Model.train_step`), as K separate runs.
+  `learner.Learner` (so its own jitted `Model.train_step`), as K separate runs.
 
 Both consume the same train batches (each seed's `data.TrainStream`, drawn
 once up front), start from the same parameters (`PRNGKey(seed)`) and use the
@@ -54,7 +54,8 @@ from benchmarks import common
 from nar_markov import data
 from nar_markov import model as model_lib
 from nar_markov import quiet
-from nar_markov import train
+from nar_markov import learner
+from nar_markov import util
 
 SCHEMA = "nar_markov.bench_seeds/2"  # 2: `machine` as bench.py writes it
 
@@ -88,8 +89,8 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   lam = np.float32(0.0)  # the penalty's cost is in the step either way
 
   def make_net():
-    optimizer = train.make_optimizer(1.5e-3, 10_000, 1.0)  # the protocol's
-    return train.Model([spec], [nb_dims], config, optimizer)
+    optimizer = learner.make_optimizer(1.5e-3, 10_000, 1.0)  # the protocol's
+    return learner.Learner([spec], [nb_dims], config, optimizer)
 
   # Sequential: K separate runs, each its own Model (its own jit).
   seq = []
@@ -101,9 +102,9 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   # Vmapped: one Model, its K seeds stacked.
   vnet = make_net()
   inits = [vnet.init_state(s, [batches[0][0].features]) for s in seeds]
-  vstate = {"params": train.stack_trees([p for p, _ in inits]),
-            "opt": train.stack_trees([o for _, o in inits])}
-  vstep = train.make_vmapped_train_step(vnet)
+  vstate = {"params": learner.stack_trees([p for p, _ in inits]),
+            "opt": learner.stack_trees([o for _, o in inits])}
+  vstep = learner.make_vmapped_train_step(vnet)
 
   step_times = {"vmapped": [], "sequential": []}  # (nb_nodes, seconds) per step
 
@@ -121,7 +122,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   def vmap_block(step_ids, record=False):
     for t in step_ids:
       t0 = time.time()
-      stacked, max_length = train.stack_batches([b[t] for b in batches])
+      stacked, max_length = learner.stack_batches([b[t] for b in batches])
       vstate["params"], vstate["opt"], out = vstep(
           vstate["params"], vstate["opt"], stacked, lam,
           vnet.step_keys(seeds, t), max_length)
@@ -141,7 +142,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   t0 = time.time()
   firsts = {}
   for t in range(n_batches):
-    firsts.setdefault(_shape_key(train.stack_batches([b[t] for b in batches])[0]), t)
+    firsts.setdefault(_shape_key(learner.stack_batches([b[t] for b in batches])[0]), t)
   vmap_block(sorted(firsts.values()))
   vmap_warm_s, vmap_warm_compiles = time.time() - t0, compiles.count - seq_warm_compiles
   _log(f"warm-up: sequential {seq_warm_s:.1f}s ({seq_warm_compiles} compilations), "
@@ -194,7 +195,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
       "by_nb_nodes": by_nodes,
       "rounds": rounds_out,
       "machine": common.machine_info(),
-      "versions": train.package_versions(),
+      "versions": util.package_versions(),
       "wall_time_s": time.time() - t_start,
   }
 
@@ -236,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--out", default=None, help="JSON report path")
   quiet.add_flag(p)
   args = p.parse_args(argv)
-  train.setup_compilation_cache()
+  learner.setup_compilation_cache()
   try:
     report = run(algorithm=args.algorithm, k=args.k, steps=args.steps, rounds=args.rounds,
                  hidden=args.hidden, batch=args.batch, lengths=args.lengths,

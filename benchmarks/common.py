@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 import jax
 
 from nar_markov import runs
-from nar_markov import train
+from nar_markov import util
 
 # One event per backend compilation in jax 0.10.2 (`pxla._cached_compilation`); a
 # persistent-cache hit fires it too.
@@ -80,7 +80,7 @@ def machine_info() -> Dict[str, Any]:
 def write_json(path, report: Dict[str, Any], indent=1) -> None:
   """The report, atomically (a long run rewrites it as it goes)."""
   runs.atomic_write_bytes(pathlib.Path(path),
-                          json.dumps(train.jsonable(report), indent=indent).encode())
+                          json.dumps(util.jsonable(report), indent=indent).encode())
 
 
 def int_list(text: str) -> List[int]:

@@ -86,12 +86,12 @@ def sample_graphs(algorithm: str, nb_nodes: int, num_samples: int, seed: int):
 
 def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
                 nb_dims: Optional[Any] = None, cache_dir: Optional[str] = None):
-  """The train.Model of a saved run: the net that `net_config` describes over `algorithms`
+  """The `learner.Learner` of a saved run: the net that `net_config` describes over `algorithms`
   (a list of one for single-task). nb_dims: the metadata's (a dict, or one per algorithm),
   else taken from the val splits as experiment.run_experiment takes them."""
   from nar_markov import data
   from nar_markov import model as model_lib
-  from nar_markov import train
+  from nar_markov import learner
 
   algorithms = list(algorithms)
   if isinstance(nb_dims, dict):
@@ -103,8 +103,8 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
     raise ValueError(f"{len(nb_dims)} nb_dims for {len(algorithms)} algorithms")
   config = model_lib.NetConfig(**net_config)
   # Never stepped: the optimizer is only there because Model wants one.
-  optimizer = train.make_optimizer(1e-3, 1, 1.0)
-  return train.Model([data.get_spec(a) for a in algorithms], [dict(d) for d in nb_dims],
+  optimizer = learner.make_optimizer(1e-3, 1, 1.0)
+  return learner.Learner([data.get_spec(a) for a in algorithms], [dict(d) for d in nb_dims],
                      config, optimizer)
 
 
@@ -119,7 +119,7 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
   processor's update gate, `update_gate_stats`; history_gate: G-ForgetNet's gate,
   `history_gate_stats`)."""
   from nar_markov import data
-  from nar_markov import train
+  from nar_markov import learner
 
   run = load_run(run_dir, algorithm)
   if history_gate and run["net_config"].get("history", "gated") != "gated":
@@ -146,9 +146,9 @@ def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
   scores = []
   for t in targets:
     feedback = t.pop("feedback")
-    bs = batch_size or train.default_test_batch_size(
+    bs = batch_size or learner.default_test_batch_size(
         spec, t["nb_nodes"], model.config.hidden_size, fast=model.config.fast)
-    res = train.evaluate_split(model, params, feedback, index, bs, with_hints=False,
+    res = learner.evaluate_split(model, params, feedback, index, bs, with_hints=False,
                                max_samples=max_samples)
     n = min(data.nb_samples_of(feedback), max_samples or data.nb_samples_of(feedback))
     entry = dict(t, num_samples=int(n), score=res["score"], scores=res["scores"])
@@ -272,9 +272,9 @@ def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: 
   import haiku as hk
   import jax
   from nar_markov import data
-  from nar_markov import train
+  from nar_markov import learner
 
-  ref = train.Model(model.specs, model.nb_dims,
+  ref = learner.Learner(model.specs, model.nb_dims,
                     dataclasses.replace(model.config, impl="reference"), model.optimizer)
   feedback, n_total = data.at_most(feedback, max_samples)
 
@@ -448,7 +448,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.max_samples is not None and args.max_samples < 1:
     parser.error("--max-samples must be >= 1")
   from nar_markov import train
-  train.setup_compilation_cache()
+  from nar_markov import learner
+  from nar_markov import util
+  learner.setup_compilation_cache()
   try:
     out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
                        max_samples=args.max_samples, batch_size=args.batch_size,
@@ -459,7 +461,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.exit(2, f"evaluate: error: {e}\n")
   if args.json:
     train.atomic_write_bytes(pathlib.Path(args.json),
-                             json.dumps(train.jsonable(out), indent=1).encode())
+                             json.dumps(util.jsonable(out), indent=1).encode())
   return 0
 
 

@@ -428,6 +428,8 @@ def needs_calibration(penalty: Optional[GatePenalty]) -> bool:
 def check_protocol(*, learning_rate: float, **counts: int) -> None:
   """One clear error for a protocol value that cannot work (counts must be > 0)."""
   for name, value in counts.items():
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+      raise ValueError(f"{name} must be an int, got {value!r}")
     if int(value) <= 0:
       raise ValueError(f"{name} must be > 0, got {value}")
   if not learning_rate > 0:
@@ -635,12 +637,37 @@ def run_experiment(*,
                      f"'gated'), not {net.history!r}")
   tasks = _make_tasks(model, algorithms, penalty, results_dir, protocol, net)
   from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
-  return train.run(tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
-                   multitask=model.endswith(MULTITASK_SUFFIX), results_dir=results_dir,
-                   net=net, protocol=protocol,
-                   gin_str=run_gin(model, net, protocol, penalty),
-                   cache_dir=cache_dir, stop_after_steps=stop_after_steps,
-                   save_final_state=save_final_state, progress=progress)
+  return train.run(Resolved(
+      tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
+      results_dir=results_dir, net=net, protocol=protocol,
+      gin_str=run_gin(model, net, protocol, penalty),
+      cache_dir=cache_dir, stop_after_steps=stop_after_steps,
+      save_final_state=bool(save_final_state), progress=progress))
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+  """What run_experiment checked and resolved, handed to the training loop
+  (nar_markov.train.run): the tasks (one per algorithm), the seeds, where results
+  go and the gin text written beside them, and how the caller wants them back
+  (`one_seed`, `one_alg`: a dict rather than a list)."""
+  tasks: List["_Task"]
+  seeds: List[int]
+  one_seed: bool
+  one_alg: bool
+  model: str
+  results_dir: str
+  net: NetConfig
+  protocol: Protocol
+  gin_str: str
+  cache_dir: Optional[str]
+  stop_after_steps: Optional[int]
+  save_final_state: bool
+  progress: bool
+
+  @property
+  def multitask(self) -> bool:
+    return self.model.endswith(MULTITASK_SUFFIX)
 
 
 def as_gin(model: str, net: NetConfig, protocol: Protocol,

@@ -1,56 +1,39 @@
-"""The one training loop: a list of algorithms x seeds, checkpoints, validation, results.
+"""The training loop: a list of algorithms x seeds, checkpoints, validation, selection, results.
 
-`run` trains what nar_markov.experiment.run_experiment (the gin-configurable entry
-point, importable without jax) resolved, and imports nothing of it: one processor on a list of algorithms
-(single-task is a list of one; several: dm-clrs run.py's multi-task rule) for one
-or more seeds (K seeds of one algorithm: one `jax.vmap`-ed step).  It keeps the
-best-validation parameters, scores them on the OOD test split with
-`clrs.evaluate`, and writes ``<results_dir>/<model>/<algorithm>/seed<k>/
-result.json`` (atomically) with ``config.gin`` and ``params.npz`` beside it.  A
-checkpoint (``checkpoint.npz``, nar_markov.runs.write_state: no pickle) makes a
-killed or requeued run resume exactly: same step, parameters, optimizer state and
-data stream -- only the run it was written for (its `run_definition`; a mismatch
-is an error naming the settings).  A run is done when nar_markov.runs says so;
-while it trains it holds its folder's lock, so a second process is refused.
-
-Protocol defaults are the paper's (Sec. 5, gin/base.gin): Adam, cosine decay from
-1.5e-3 over 10,000 steps, batch 32, gradient-norm clipping at 1.0 (dm-clrs
-run.py), validation every 50 steps.
+What nar_markov.experiment.run_experiment resolved (jax-free) is trained here: one
+processor on a list of algorithms (single-task is a list of one; several: dm-clrs
+run.py's multi-task rule) for one or more seeds (K seeds of one algorithm: one
+vmapped step).  The jitted net is nar_markov.learner's; this module owns the
+loop's cadence, the checkpoint that makes a killed run resume exactly, the
+best-validation selection, the OOD test and the result.json written per algorithm
+(format and done-ness: nar_markov.runs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.metadata
 import json
-import math
-import os
 import pathlib
-import platform
-import re
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import clrs
-import haiku as hk
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 from nar_markov import data
 from nar_markov import devices
-from nar_markov import fastnet
 from nar_markov import lambda_heuristic
+from nar_markov import learner
 from nar_markov import model as model_lib
 from nar_markov import params_io
 from nar_markov import provenance
 from nar_markov import runs
+from nar_markov import util
 
 if TYPE_CHECKING:  # what a run is (jax-free) builds what this module trains; never imported here
-  from nar_markov.experiment import Protocol, _Task  # pylint: disable=g-bad-import-order
+  from nar_markov.experiment import Protocol, Resolved, _Task  # pylint: disable=g-bad-import-order
 
 # The test score of each selection rule is in result.json's "selection"; test_score is
 # the first's, dm-clrs run.py's: the first evaluation and every strict improvement.
@@ -67,292 +50,13 @@ run_dir = runs.run_dir
 atomic_write_bytes = runs.atomic_write_bytes
 
 
-# -- small utilities -----------------------------------------------------------
-
-
-def _finite_or_none(x):
-  x = float(x)
-  return x if math.isfinite(x) else None
-
-
-def jsonable(obj):
-  if isinstance(obj, dict):
-    return {str(k): jsonable(v) for k, v in obj.items()}
-  if isinstance(obj, (list, tuple)):
-    return [jsonable(v) for v in obj]
-  if isinstance(obj, (np.floating, float)):
-    return _finite_or_none(obj)
-  if isinstance(obj, (np.integer,)):
-    return int(obj)
-  if isinstance(obj, np.ndarray):
-    return jsonable(obj.tolist())
-  return obj
-
-
-def package_versions() -> Dict[str, str]:
-  versions = {"python": platform.python_version()}
-  for key, dist in [("jax", "jax"), ("jaxlib", "jaxlib"), ("haiku", "dm-haiku"),
-                    ("optax", "optax"), ("clrs", "dm-clrs"), ("gin", "gin-config"),
-                    ("numpy", "numpy"), ("nar_markov", "nar_markov")]:
-    try:
-      versions[key] = importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-      versions[key] = "not installed"
-  return versions
-
-
-def make_optimizer(learning_rate: float, train_steps: int,
-                   grad_clip_max_norm: float) -> optax.GradientTransformation:
-  """Adam with cosine decay (paper Sec. 5) after global-norm clipping (run.py)."""
-  schedule = optax.cosine_decay_schedule(init_value=learning_rate,
-                                         decay_steps=max(1, train_steps))
-  chain = []
-  if grad_clip_max_norm > 0:
-    chain.append(optax.clip_by_global_norm(grad_clip_max_norm))
-  chain += [optax.scale_by_adam(), optax.scale_by_schedule(lambda s: -schedule(s))]
-  return optax.chain(*chain)
-
-
-# -- the model wrapper: pure functions, jitted once per shape ---------------------
-
-
-class Model:
-  """Pure train/eval functions of one Net over one or more algorithms."""
-
-  def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
-               optimizer: optax.GradientTransformation):
-    self.specs = list(specs_)
-    self.nb_dims = list(nb_dims)
-    self.config = config
-    self.optimizer = optimizer
-
-    net_cls = fastnet.FastNet if config.fast else model_lib.Net
-
-    def forward(features, algorithm_index, repred, hidden_override=None,
-                max_length=None, collect_hints=True):
-      net = net_cls(self.specs, nb_dims, config)
-      return net(features, algorithm_index, repred, hidden_override,
-                 max_length=max_length, collect_hints=collect_hints)
-
-    def init_all(features_list):
-      # Parameters are created by the reference net under either impl: the
-      # two have the same parameters, but FastNet creates some in another
-      # order (outputs decoded after the scan), and haiku draws one init key
-      # per parameter in creation order.  So a seed means the same initial
-      # parameters whichever impl trains them.
-      net = model_lib.Net(self.specs, nb_dims, config)
-      for k, features in enumerate(features_list):
-        net(features, k, repred=False)
-
-    # An rng is only drawn for the Gumbel noise dm-clrs adds to permutation
-    # pointers in training (decoders.log_sinkhorn); evaluation uses none.
-    self._forward = hk.transform(forward)
-    init_params = hk.transform(init_all).init
-    self._init = jax.jit(init_params)
-
-    # Run start-up and per-step keys in one compiled function each: done
-    # eagerly, PRNGKey, fold_in and the optimizer's zeros_like per parameter
-    # shape are an XLA compilation apiece.
-    def init_state(seed, features_list):
-      params = init_params(jax.random.PRNGKey(seed), features_list)
-      return params, self.optimizer.init(params)
-
-    def step_key(seed, step):
-      return jax.random.fold_in(jax.random.PRNGKey(seed + 1), step)
-
-    self._init_state = jax.jit(init_state)
-    self._step_key = jax.jit(step_key)
-    self._step_keys = jax.jit(jax.vmap(step_key, in_axes=(0, None)))
-    self.train_step = jax.jit(self._train_step, static_argnums=(4,),
-                              donate_argnums=(0, 1))
-    self.eval_batch = jax.jit(self._eval_batch, static_argnums=(2, 3))
-
-  def init(self, rng_key, features_list):
-    return self._init(rng_key, features_list)
-
-  def restore_opt_state(self, params, leaves: Sequence[Any]):
-    """The optimizer state whose leaves a checkpoint saved (in tree order)."""
-    template = jax.eval_shape(self.optimizer.init, params)
-    treedef = jax.tree_util.tree_structure(template)
-    if treedef.num_leaves != len(leaves):
-      raise ValueError(f"checkpoint holds {len(leaves)} optimizer-state arrays, this "
-                       f"optimizer has {treedef.num_leaves}")
-    return jax.tree_util.tree_unflatten(treedef, [np.asarray(x) for x in leaves])
-
-  def init_state(self, seed: int, features_list):
-    """(params, opt_state) of a run: params = init(PRNGKey(seed), ...)."""
-    return self._init_state(np.int32(seed), features_list)
-
-  def step_key(self, seed: int, step: int):
-    """The rng of train step `step` of a run: fold_in(PRNGKey(seed + 1), step)."""
-    return self._step_key(np.int32(seed), np.int32(step))
-
-  def step_keys(self, seeds: Sequence[int], step: int):
-    """[K, 2]: `step_key` of each seed, in one call (the same bits)."""
-    return self._step_keys(np.asarray(seeds, np.int32), np.int32(step))
-
-  def apply(self, params, features, algorithm_index, repred, hidden_override=None,
-            rng_key=None, max_length=None, collect_hints=True):
-    return self._forward.apply(params, rng_key, features, algorithm_index, repred,
-                               hidden_override, max_length, collect_hints)
-
-  def loss(self, params, feedback, lambda_gate, algorithm_index, rng_key=None,
-           max_length=None):
-    out = self.apply(params, feedback.features, algorithm_index, False,
-                     rng_key=rng_key, max_length=max_length)
-    return model_lib.compute_losses(feedback, out, lambda_gate)
-
-  def _train_step(self, params, opt_state, feedback, lambda_gate, algorithm_index,
-                  rng_key, max_length=None):
-    """One optimizer step. `max_length` (int32 scalar, optional): an upper bound
-    on `feedback.features.lengths`; K-seed training passes the max over all
-    seeds, unbatched, so that skipping finished steps stays a real branch
-    under `jax.vmap`. None: the batch's own max."""
-    def total(p):
-      losses = self.loss(p, feedback, lambda_gate, algorithm_index, rng_key,
-                         max_length)
-      return losses.total, losses
-    grads, losses = jax.grad(total, has_aux=True)(params)
-    updates, new_opt_state = self.optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    if len(self.specs) > 1:
-      # dm-clrs `filter_null_grads`: an update for one algorithm leaves the
-      # other algorithms' encoders/decoders and their Adam moments as they
-      # were (their gradients are zero; Adam would still move them by momentum).
-      new_params = keep_other_algorithms(new_params, params, algorithm_index)
-      new_opt_state = keep_other_algorithms(new_opt_state, opt_state, algorithm_index)
-    return new_params, new_opt_state, losses
-
-  def _eval_batch(self, params, feedback, algorithm_index, with_hints: bool):
-    """Hard output predictions (+ per-step hint loss and history norm on val)."""
-    out = self.apply(params, feedback.features, algorithm_index, True,
-                     collect_hints=with_hints)
-    preds = model_lib.postprocess_outputs(self.specs[algorithm_index],
-                                          out.output_preds)
-    if not with_hints:
-      return preds, None
-    losses = model_lib.compute_losses(feedback, out, 0.0)
-    history_norm = model_lib.mean_history_norm(out, feedback.features.lengths)
-    return preds, {"hint_per_step": losses.hint_per_step,
-                   "history_norm": history_norm}
-
-
-_ALGORITHM_MODULE = re.compile(r"algo_(\d+)_")
-
-
-def keep_other_algorithms(new, old, algorithm_index: int):
-  """`new` (parameters, or optimizer state holding per-parameter trees), where
-  every module of ANOTHER algorithm (haiku name `algo_<j>_...`, j !=
-  `algorithm_index`) keeps its value in `old`.  Shared modules (the processor,
-  the history gate) and global state (Adam's count) take `new`: dm-clrs
-  `filter_null_grads`."""
-  def pick(path, n, o):
-    for key in path:
-      name = getattr(key, "key", None)
-      if isinstance(name, str):
-        m = _ALGORITHM_MODULE.search(name)
-        if m and int(m.group(1)) != algorithm_index:
-          return o
-    return n
-  return jax.tree_util.tree_map_with_path(pick, new, old)
-
-
-def evaluate_split(model: Model, params, split_feedback, algorithm_index: int,
-                   batch_size: int, with_hints: bool,
-                   max_samples: Optional[int] = None) -> Dict[str, Any]:
-  """clrs.evaluate over a whole split, run in fixed-size sub-batches."""
-  split_feedback, n_total = data.at_most(split_feedback, max_samples)
-  # Equal sub-batches: 32 samples at a cap of 30 run as 2 x 16, not 30 + 30
-  # (the last batch is padded with duplicates up to the batch size).
-  nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
-  batch_size = -(-n_total // nb_batches)
-  preds_parts, hint_steps, norms, counts = [], [], [], []
-  for batch, n_valid in data.eval_batches(split_feedback, batch_size):
-    preds, extras = model.eval_batch(params, batch, algorithm_index, with_hints)
-    preds_parts.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[:n_valid], preds))
-    if extras is not None:
-      # Weighted by valid samples; padded duplicates are dropped from scoring.
-      hint_steps.append(np.asarray(extras["hint_per_step"]) * n_valid)
-      norms.append(np.asarray(extras["history_norm"])[:n_valid])
-      counts.append(n_valid)
-  preds = {}
-  for name in preds_parts[0]:
-    dps = [p[name] for p in preds_parts]
-    preds[name] = clrs.DataPoint(
-        name=name, location=dps[0].location, type_=dps[0].type_,
-        data=np.concatenate([np.asarray(d.data) for d in dps], axis=0))
-  outputs = [_slice_dp(o, n_total) for o in split_feedback.outputs]
-  scores = clrs.evaluate(outputs, preds)
-  result = {"score": float(scores["score"]),
-            "scores": {k: float(v) for k, v in scores.items() if k != "score"}}
-  if with_hints:
-    width = max(len(h) for h in hint_steps)
-    padded = [np.pad(h, (0, width - len(h))) for h in hint_steps]
-    result["hint_per_step"] = (np.sum(padded, axis=0) / sum(counts)).tolist()
-    result["history_norm"] = float(np.mean(np.concatenate(norms)))
-  return result
-
-
-def _slice_dp(dp, n):
-  return clrs.DataPoint(name=dp.name, location=dp.location, type_=dp.type_,
-                        data=np.asarray(dp.data)[:n])
-
-
-# -- the run ---------------------------------------------------------------------
-
-
-def default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
-                             budget_bytes: float = 128 * 2**20,
-                             fast: bool = True) -> int:
-  """Keep one evaluation step's biggest tensors within `budget_bytes`.
-
-  Small sub-batches are also faster on CPU: floyd_warshall's test split
-  (32 graphs of 64 nodes) took 168 s in one batch of 32 and 32 s in batches
-  of 8 (tensors that stay in cache, fewer page faults).
-
-  The fast net's are [B, N, N, H] (a few of them); dm-clrs's edge-pointer
-  decoders (floyd_warshall, optimal_bst, matrix_chain_order... with
-  `impl='reference'`) build a batch x n^3 x hidden tensor: 4.3 GB at n = 64,
-  batch 32.
-  """
-  per_sample = nb_nodes**2 * hidden_size * 4 * 8
-  for _, (stage, loc, t) in spec.items():
-    if not fast and loc == clrs.Location.EDGE and t == clrs.Type.POINTER:
-      per_sample = nb_nodes**3 * hidden_size * 4
-  return int(max(1, min(32, budget_bytes // per_sample)))
-
-
-def setup_compilation_cache(path: Optional[str] = None) -> Optional[str]:
-  """Turn on JAX's persistent compilation cache (XLA compiles dominate short runs).
-
-  Order: `path`, $NAR_MARKOV_JAX_CACHE, <data cache dir>/jax. An empty string
-  or "off" disables it. Must run before the process's first compilation to
-  take effect; later calls are no-ops.
-  """
-  if path is None:
-    path = os.environ.get("NAR_MARKOV_JAX_CACHE")
-  if path is None:
-    path = str(data.resolve_cache_dir() / f"jax-{jax.__version__}")
-  if path in ("", "off"):
-    return None
-  if jax.config.jax_compilation_cache_dir is None:
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  return jax.config.jax_compilation_cache_dir
-
-
-def log(msg: str) -> None:
-  print(f"[nar_markov] {msg}", file=sys.stderr, flush=True)
-
-
-def run(tasks: List["_Task"], *, seeds: List[int], one_seed: bool, one_alg: bool,
-        model: str, multitask: bool, results_dir, net: model_lib.NetConfig,
-        protocol: "Protocol", gin_str: str, cache_dir, stop_after_steps, save_final_state,
-        progress) -> Any:
-  """Train `tasks` (one per algorithm, nar_markov.experiment._make_tasks) for
-  `seeds`: what experiment.run_experiment checked and resolved (its docstring).
-  Returns its results, shaped as run_experiment says."""
-  setup_compilation_cache()
+def run(resolved: "Resolved") -> Any:
+  """Train what experiment.run_experiment checked and resolved (its docstring):
+  its tasks (one per algorithm) for its seeds.  Returns the results, shaped as
+  run_experiment says."""
+  learner.setup_compilation_cache()
+  tasks, seeds, model, results_dir = (resolved.tasks, resolved.seeds, resolved.model,
+                                      resolved.results_dir)
   algorithms = [t.algorithm for t in tasks]
 
   def verdicts_of(s):
@@ -375,61 +79,48 @@ def run(tasks: List["_Task"], *, seeds: List[int], one_seed: bool, one_alg: bool
         verdicts[s] = verdicts_of(s)
       if all(v.done for v in verdicts[s]):
         for v in verdicts[s]:
-          log(f"{v.path} exists ({v.state}, settings verified); nothing to do")
+          util.log(f"{v.path} exists ({v.state}, settings verified); nothing to do")
         results[s] = [v.result for v in verdicts[s]]
         continue
       for v in verdicts[s]:
         if v.state == "other":
           raise ValueError(f"{v.path}: {v.detail}; not retrained, not overwritten")
         if v.state == "corrupt":
-          log(f"WARNING: {v.path} is corrupt ({v.detail}); moved aside to "
-              f"{runs.move_aside(v.path)}; training the run again")
+          util.log(f"WARNING: {v.path} is corrupt ({v.detail}); moved aside to "
+                   f"{runs.move_aside(v.path)}; training the run again")
       todo.append(s)
     if todo:
-      job = _make_job(
-          tasks, model=model, multitask=multitask, net_config=net, protocol=protocol,
-          gin_str=gin_str, cache_dir=cache_dir, stop_after_steps=stop_after_steps,
-          save_final_state=save_final_state, progress=progress)
+      job = _make_job(resolved)
       results.update(_train_seeds(job, todo, results_dir))
 
   def shaped(per_task):
-    return per_task[0] if one_alg else dict(zip(algorithms, per_task))
+    return per_task[0] if resolved.one_alg else dict(zip(algorithms, per_task))
   ordered = [shaped(results[s]) for s in seeds]
-  return ordered[0] if one_seed else ordered
+  return ordered[0] if resolved.one_seed else ordered
 
 
-def _make_job(tasks: List["_Task"], *, model: str, multitask: bool,
-              net_config: model_lib.NetConfig, protocol: "Protocol", gin_str: str,
-              cache_dir, stop_after_steps, save_final_state, progress) -> "_Job":
+def _make_job(resolved: "Resolved") -> "_Job":
   """What the seeds of one run_experiment call share: net, optimizer, test splits."""
-  p = protocol
+  tasks, p, net_config = resolved.tasks, resolved.protocol, resolved.net
   specs = [data.get_spec(t.algorithm) for t in tasks]
   nb_dims = []
   for t, spec in zip(tasks, specs):
-    t.test = data.load_split(t.algorithm, "test", cache_dir=cache_dir)
+    t.test = data.load_split(t.algorithm, "test", cache_dir=resolved.cache_dir)
     nb_dims.append(model_lib.nb_dims_of(t.test))
     t.test_batch_size = int(p.test_batch_size) if p.test_batch_size is not None else (
-        default_test_batch_size(spec, data.nb_nodes_of(t.test), net_config.hidden_size,
-                                fast=net_config.fast))
+        learner.default_test_batch_size(spec, data.nb_nodes_of(t.test),
+                                        net_config.hidden_size, fast=net_config.fast))
   summed = p.multitask_update == "summed" and len(tasks) > 1
   updates_per_step = 1 if summed else len(tasks)
-  optimizer = make_optimizer(p.learning_rate, p.horizon * updates_per_step,
-                             p.grad_clip_max_norm)
-  net = Model(specs, nb_dims, net_config, optimizer)
+  optimizer = learner.make_optimizer(p.learning_rate, p.horizon * updates_per_step,
+                                     p.grad_clip_max_norm)
+  net = learner.Learner(specs, nb_dims, net_config, optimizer)
   return _Job(
-      model=model, tasks=tasks, multitask=multitask,
-      summed_step=make_summed_train_step(net, len(tasks)) if summed else None,
-      save_final_state=bool(save_final_state), net=net, optimizer=optimizer,
-      train_steps=int(p.train_steps), horizon=int(p.horizon),
-      eval_every_steps=int(p.eval_every_steps), log_every_steps=int(p.log_every_steps),
-      checkpoint_every_steps=int(p.checkpoint_every_steps),
-      val_batch_size=int(p.val_batch_size), val_max_samples=p.val_max_samples,
-      test_max_samples=p.test_max_samples, stop_after_steps=stop_after_steps,
-      test_every_steps=None if p.test_every_steps is None else int(p.test_every_steps),
-      progress=progress,
-      gin_str=gin_str,
-      validation_mode=p.validation_mode, multitask_update=p.multitask_update,
-      batch_size=int(p.batch_size))
+      model=resolved.model, tasks=tasks, multitask=resolved.multitask,
+      summed_step=learner.make_summed_train_step(net, len(tasks)) if summed else None,
+      save_final_state=resolved.save_final_state, net=net, optimizer=optimizer, protocol=p,
+      stop_after_steps=resolved.stop_after_steps, progress=resolved.progress,
+      gin_str=resolved.gin_str)
 
 
 def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, List[Dict]]:
@@ -445,10 +136,10 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
     # Data: one train stream and one validation pool per algorithm and seed,
     # as run.py; the test splits from the cache (the official draw).
     seeds_of = [data.stream_seed(s, t.algorithm, algorithms) for t in job.tasks]
-    streams = [data.TrainStream(t.algorithm, seed=k, batch_size=job.batch_size,
+    streams = [data.TrainStream(t.algorithm, seed=k, batch_size=job.protocol.batch_size,
                                 lengths=t.lengths) for t, k in zip(job.tasks, seeds_of)]
     vals = [data.ValidationPool(t.algorithm, seed=k, lengths=t.lengths,
-                                mode=job.validation_mode) for t, k in zip(job.tasks, seeds_of)]
+                                mode=job.protocol.validation_mode) for t, k in zip(job.tasks, seeds_of)]
     run = _SeedRun(job, s, runs.job_folder(results_dir, job.model, algorithms, s), out_dirs,
                    streams, vals, results_dir=results_dir)
     params, opt_state = run.start()
@@ -456,9 +147,9 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
   if len(by_step) > 1 and len(job.tasks) == 1:
     # A K-seed step needs its seeds at the same step (one schedule value,
     # one graph size); this only happens when some seeds ran elsewhere.
-    log("checkpoints at different steps (" + ", ".join(
-        f"step {k}: seeds {[r.seed for r, _, _ in g]}" for k, g in sorted(by_step.items()))
-        + "); training the groups one after the other")
+    util.log("checkpoints at different steps (" + ", ".join(
+             f"step {k}: seeds {[r.seed for r, _, _ in g]}" for k, g in sorted(by_step.items()))
+             + "); training the groups one after the other")
   results = {}
   for group in by_step.values():
     if len(group) == 1 or len(job.tasks) > 1:
@@ -470,22 +161,6 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
   return results
 
 
-def make_summed_train_step(net: Model, nb_algorithms: int):
-  """multitask_update='summed': one optimizer update on sum_k loss_k(batch_k)."""
-
-  def step(params, opt_state, feedbacks, lambdas, rng_key):
-    def total(p):
-      losses = [net.loss(p, feedbacks[k], lambdas[k], k, jax.random.fold_in(rng_key, k))
-                for k in range(nb_algorithms)]
-      return sum(l.total for l in losses), losses
-    grads, losses = jax.grad(total, has_aux=True)(params)
-    updates, opt_state = net.optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
-    return params, opt_state, losses
-
-  return jax.jit(step, donate_argnums=(0, 1))
-
-
 @dataclasses.dataclass
 class _Job:
   """What the seeds of one run_experiment call share."""
@@ -494,45 +169,34 @@ class _Job:
   multitask: bool                     # a *_multitask label (result fields)
   summed_step: Any                    # multitask_update='summed' with >1 algorithm
   save_final_state: bool
-  net: Model
+  net: learner.Learner
   optimizer: optax.GradientTransformation
-  train_steps: int
-  horizon: int                        # the cosine schedule's steps (Protocol.horizon)
-  eval_every_steps: int
-  log_every_steps: int
-  checkpoint_every_steps: int
-  val_batch_size: int
-  val_max_samples: Optional[int]
-  test_max_samples: Optional[int]
+  protocol: "Protocol"                # the run's protocol, as resolved (gin)
   stop_after_steps: Optional[int]
-  test_every_steps: Optional[int]     # diagnostic test curve (Protocol.test_every_steps)
   progress: bool
   gin_str: str
-  validation_mode: str
-  multitask_update: str
-  batch_size: int
 
   def stop_at(self, step: int) -> int:
     if self.stop_after_steps is None:
-      return self.train_steps
-    return min(self.train_steps, step + int(self.stop_after_steps))
+      return self.protocol.train_steps
+    return min(self.protocol.train_steps, step + int(self.stop_after_steps))
 
   # The loop's cadence, the same for every seed of the job.
   def flush_due(self, step: int, stop_at: int) -> bool:
-    return (step % self.log_every_steps == 0 or step == stop_at
-            or step % self.eval_every_steps == 0
-            or step % self.checkpoint_every_steps == 0)
+    return (step % self.protocol.log_every_steps == 0 or step == stop_at
+            or step % self.protocol.eval_every_steps == 0
+            or step % self.protocol.checkpoint_every_steps == 0)
 
   def eval_due(self, step: int) -> bool:
     """run.py's cadence, and the last step of a run that ends its schedule.  A run cut
     short of its horizon -- a lambda calibration run, the first steps of a G-ForgetNet
     run that continues from its state -- validates only on the cadence, so that the
     continued run sees the validations a run from scratch sees."""
-    return (step % self.eval_every_steps == 0
-            or step == self.train_steps == self.horizon)
+    return (step % self.protocol.eval_every_steps == 0
+            or step == self.protocol.train_steps == self.protocol.horizon)
 
   def checkpoint_due(self, step: int) -> bool:
-    return step % self.checkpoint_every_steps == 0 and step < self.train_steps
+    return step % self.protocol.checkpoint_every_steps == 0 and step < self.protocol.train_steps
 
   def train_step(self, run: "_SeedRun", params, opt_state, feedbacks):
     """One training step of one seed: (params, opt_state, losses per algorithm)."""
@@ -606,9 +270,9 @@ class _SeedRun:
           self.definitions[0], model="calibrate", lambda_gate=prefix.lam,
           lambda_reading=None, penalty_start_step=0,
           settings=dict(job.tasks[0].calibration_settings, train_steps=prefix.step))])
-      log(f"{self.name}: continuing the calibration run's training (lambda = "
-          f"{prefix.lam:.6g} from step 0) at step {prefix.step} ({prefix.state}): the "
-          "same seed, data, schedule and penalty up to there, so the same training")
+      util.log(f"{self.name}: continuing the calibration run's training (lambda = "
+               f"{prefix.lam:.6g} from step 0) at step {prefix.step} ({prefix.state}): the "
+               "same seed, data, schedule and penalty up to there, so the same training")
       state["continued_from"] = str(prefix.state)
     if state is not None:
       for stream, stream_state in zip(self.streams, state["streams"]):
@@ -616,9 +280,9 @@ class _SeedRun:
       params = state["params"]
       opt_state = job.net.restore_opt_state(params, state["opt_state"])
       if prefix is None:
-        log(f"resuming {self.name} from step {state['step']}")
+        util.log(f"resuming {self.name} from step {state['step']}")
     else:
-      init_features = [next(iter(data.eval_batches(v.draw(0), job.val_batch_size)))[0]
+      init_features = [next(iter(data.eval_batches(v.draw(0), job.protocol.val_batch_size)))[0]
                        .features for v in self.vals]
       # = net.init(PRNGKey(seed), ...) and optimizer.init, in one compilation.
       params, opt_state = job.net.init_state(self.seed, init_features)
@@ -654,8 +318,8 @@ class _SeedRun:
           f"checkpoint {path} is for algorithms {state.get('algorithms')}, this run is "
           f"on {[d['algorithm'] for d in expected]}; remove it or use another results_dir")
     if recorded is None:  # written before checkpoints recorded their settings
-      log(f"WARNING: {path} records no settings (an older checkpoint); resuming "
-          "without checking them")
+      util.log(f"WARNING: {path} records no settings (an older checkpoint); resuming "
+               "without checking them")
       if state["step"] > expected[0]["settings"]["train_steps"]:
         raise ValueError(f"checkpoint {path} is at step {state['step']}, this run has "
                          f"train_steps={expected[0]['settings']['train_steps']}; the "
@@ -726,8 +390,8 @@ class _SeedRun:
       lam = cap if not gate > 0 else min(cap, float(p.lambda_scale) * task_loss / gate)
       self.state["lambda_now"][k] = lam
       updates.append([self.step, lam, float(task_loss), float(gate)])
-      log(f"{self.name}: step {self.step}: lambda = {lam:.6g} (L {task_loss:.4g}, "
-          f"G {gate:.4g})")
+      util.log(f"{self.name}: step {self.step}: lambda = {lam:.6g} (L {task_loss:.4g}, "
+               f"G {gate:.4g})")
 
   def evaluate(self, params, step_now: int) -> float:
     """Validate on every algorithm's pool; returns the mean score (selection)."""
@@ -735,19 +399,19 @@ class _SeedRun:
     t0 = time.time()
     scores = []
     for task, val, curves in zip(job.tasks, self.vals, self.curves):
-      res = evaluate_split(job.net, params, val.draw(step_now), task.index,
-                           job.val_batch_size, with_hints=True,
-                           max_samples=job.val_max_samples)
+      res = learner.evaluate_split(job.net, params, val.draw(step_now), task.index,
+                                   job.protocol.val_batch_size, with_hints=True,
+                                   max_samples=job.protocol.val_max_samples)
       curves["val"]["step"].append(step_now)
       curves["val"]["score"].append(res["score"])
       curves["val"]["hidden_norm"].append(res["history_norm"])
       curves["hint_step_loss"]["step"].append(step_now)
       curves["hint_step_loss"]["loss"].append(res["hint_per_step"])
       scores.append(res["score"])
-      if job.test_every_steps and step_now % job.test_every_steps == 0:
+      if job.protocol.test_every_steps and step_now % job.protocol.test_every_steps == 0:
         # Diagnostic only (Protocol.test_every_steps): recorded, never selects.
-        res = evaluate_split(job.net, params, task.test, task.index, task.test_batch_size,
-                             with_hints=False, max_samples=job.test_max_samples)
+        res = learner.evaluate_split(job.net, params, task.test, task.index, task.test_batch_size,
+                                     with_hints=False, max_samples=job.protocol.test_max_samples)
         test_curve = curves.setdefault("test", {"step": [], "score": []})
         test_curve["step"].append(step_now)
         test_curve["score"].append(res["score"])
@@ -770,15 +434,15 @@ class _SeedRun:
   def report(self, score: float) -> None:
     job = self.job
     if job.progress and (time.time() - self.last_report > 10
-                         or self.step == job.train_steps):
+                         or self.step == job.protocol.train_steps):
       self.last_report = time.time()
       losses = [c["train"]["loss"][-1] for c in self.curves]
       loss = (f"loss {losses[0]:.4f} val" if len(losses) == 1 else
               "loss [" + ", ".join(f"{t.algorithm} {l:.3f}" for t, l in
                                    zip(job.tasks, losses)) + "] mean val")
-      log(f"{self.name} step {self.step}/{job.train_steps} {loss} {score:.4f} "
-          f"(best {self.state['best_val']:.4f} @ {self.state['best_step']}) "
-          f"{self.step / max(self.t_train, 1e-9):.2f} steps/s")
+      util.log(f"{self.name} step {self.step}/{job.protocol.train_steps} {loss} {score:.4f} "
+               f"(best {self.state['best_val']:.4f} @ {self.state['best_step']}) "
+               f"{self.step / max(self.t_train, 1e-9):.2f} steps/s")
 
   def save_checkpoint(self, params, opt_state, path: Optional[pathlib.Path] = None) -> None:
     self.state.update(step=self.step, params=jax.tree_util.tree_map(np.asarray, params),
@@ -787,7 +451,7 @@ class _SeedRun:
                       train_time_s=self.t_train, eval_time_s=self.t_eval,
                       diverged_step=self.diverged_step)
     # The optimizer state as its leaves (optax's named tuples are rebuilt on
-    # load from the optimizer: Model.restore_opt_state); no pickle.
+    # load from the optimizer: Learner.restore_opt_state); no pickle.
     runs.write_state(path or self.ckpt_path, dict(
         self.state, opt_state=jax.tree_util.tree_leaves(self.state["opt_state"])))
 
@@ -817,11 +481,11 @@ class _SeedRun:
 
   def diverge(self, step: int) -> None:
     self.diverged_step = step
-    log(f"{self.name}: non-finite loss at step {step}: run diverged")
+    util.log(f"{self.name}: non-finite loss at step {step}: run diverged")
 
   def end(self, params, opt_state) -> List[Dict[str, Any]]:
     """After the loop: the results, or (stopped early on purpose) the checkpoint."""
-    if self.diverged_step is None and self.step < self.job.train_steps:
+    if self.diverged_step is None and self.step < self.job.protocol.train_steps:
       # Interrupted on purpose (tests): leave the checkpoint, write no result.
       self.save_checkpoint(params, opt_state)
       return [{"status": "interrupted", "steps": self.step} for _ in self.job.tasks]
@@ -863,19 +527,19 @@ class _SeedRun:
         params_io.save_params(out_dir / PARAMS_NAME, state["best_params"],
                               dataclasses.asdict(job.net.config), meta)
       atomic_write_bytes(out_dir / RESULT_NAME,
-                         json.dumps(jsonable(result), indent=1).encode())
+                         json.dumps(util.jsonable(result), indent=1).encode())
     self.ckpt_path.unlink(missing_ok=True)  # only now: every result file is on disk
     for out_dir, result in zip(self.out_dirs, results):
       score = result["test_score"]
-      log(f"wrote {out_dir / RESULT_NAME}: status {result['status']}, test "
-          f"{score if score is None else round(score, 4)}")
+      util.log(f"wrote {out_dir / RESULT_NAME}: status {result['status']}, test "
+               f"{score if score is None else round(score, 4)}")
     return results
 
   def test(self, params, task: "_Task") -> Dict[str, Any]:
     """`params` scored on `task`'s test split (its evaluation time counted)."""
     t0 = time.time()
-    out = evaluate_split(self.job.net, params, task.test, task.index, task.test_batch_size,
-                         with_hints=False, max_samples=self.job.test_max_samples)
+    out = learner.evaluate_split(self.job.net, params, task.test, task.index, task.test_batch_size,
+                                 with_hints=False, max_samples=self.job.protocol.test_max_samples)
     self.t_eval += time.time() - t0
     return out
 
@@ -937,7 +601,7 @@ class _SeedRun:
         "seed": self.seed,
         "status": "done" if self.diverged_step is None else "diverged",
         "steps": int(steps_done),
-        "train_steps": job.train_steps,
+        "train_steps": job.protocol.train_steps,
         "diverged_step": self.diverged_step,
         "test_score": None if test_res is None else test_res["score"],
         "test_scores": None if test_res is None else test_res["scores"],
@@ -952,14 +616,14 @@ class _SeedRun:
         "learning_rate": task.settings["learning_rate"],
         "schedule_steps": task.settings["schedule_steps"],
         "train_lengths": task.settings["train_lengths"],
-        "validation_mode": job.validation_mode,
+        "validation_mode": job.protocol.validation_mode,
         "settings": task.settings,
         "curves": self.curves[task.index],
         "wall_time_s": self.t_train + self.t_eval,
         "train_time_s": self.t_train,
         "eval_time_s": self.t_eval,
         "steps_per_s": steps_done / max(self.t_train, 1e-9),
-        "versions": package_versions(),
+        "versions": util.package_versions(),
         **provenance.code_version(),
         "device": devices.describe_backend(),
         "gin_config": job.gin_str,
@@ -969,13 +633,13 @@ class _SeedRun:
       result["lambda_updates"] = state["lambda_updates"][task.index]
     if job.multitask:
       result.update(multitask_algorithms=[t.algorithm for t in job.tasks],
-                    multitask_update=job.multitask_update,
+                    multitask_update=job.protocol.multitask_update,
                     multitask_val_mean_best=state["best_val"] if has_best else None)
     return result
 
 
 def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str, Any]]:
-  """One seed, `Model.train_step` (jitted per shape) per algorithm: the K = 1 path."""
+  """One seed, `Learner.train_step` (jitted per shape) per algorithm: the K = 1 path."""
   stop_at = job.stop_at(run.step)
   while run.step < stop_at and run.diverged_step is None:
     feedbacks = [next(stream) for stream in run.streams]
@@ -999,59 +663,6 @@ def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str,
   return run.end(params, opt_state)
 
 
-def make_vmapped_train_step(net: Model, algorithm_index: int = 0,
-                            per_seed_lambda: bool = False):
-  """K seeds' optimizer steps as one jitted computation.
-
-  `jax.vmap` of `Model._train_step` over a leading seed axis of params,
-  optimizer state, batch and rng key; `lambda_gate` and `max_length` are
-  shared, unbatched: a scalar `max_length` (the longest trajectory over all
-  K batches) keeps the model's skip of finished time steps a real branch,
-  where a batched one would turn into a select that computes both sides.
-  Parameters and optimizer state are donated, as `Model.train_step` does.
-  `per_seed_lambda`: `lambda_gate` is [K], one per seed (an adaptive lambda).
-  Call: `(params, opt_state, batch, lambda_gate, rng_keys, max_length)` ->
-  `(params, opt_state, losses)`, all with the leading K axis.
-  """
-  def step(params, opt_state, feedback, lambda_gate, rng_key, max_length):
-    return net._train_step(params, opt_state, feedback, lambda_gate,  # pylint: disable=protected-access
-                           algorithm_index, rng_key, max_length)
-  lambda_axis = 0 if per_seed_lambda else None
-  return jax.jit(jax.vmap(step, in_axes=(0, 0, 0, lambda_axis, 0, None)),
-                 donate_argnums=(0, 1))
-
-
-def stack_trees(trees: Sequence[Any]):
-  """K pytrees of the same structure -> one with a leading K axis (on device)."""
-  return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.stack([np.asarray(x) for x in xs])),
-                                *trees)
-
-
-def tree_index(tree, i: int):
-  """Seed `i`'s slice of a stacked pytree already on the host (numpy)."""
-  return jax.tree_util.tree_map(lambda x: np.asarray(x[i]), tree)
-
-
-def stack_batches(feedbacks: Sequence[clrs.Feedback]):
-  """K seeds' train batches of one step -> (stacked batch, max_length).
-
-  The batches have the same graph size (lockstep streams) but may differ in
-  hint time length (each stream's time bucket); all are zero-padded to the
-  longest, which changes no number (outputs freeze after a trajectory's end,
-  hint losses are masked).  `max_length`: the longest trajectory of all K
-  batches, an int32 scalar.
-  """
-  T = max(int(fb.features.hints[0].data.shape[0]) for fb in feedbacks)
-  padded = [data.pad_time(fb, T) for fb in feedbacks]
-  shapes = {tuple(np.shape(x) for x in jax.tree_util.tree_leaves(fb)) for fb in padded}
-  if len(shapes) != 1:
-    raise ValueError("the seeds' train batches of one step differ in shape (graph "
-                     f"sizes out of step?): {sorted(shapes)}")
-  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *padded)
-  max_length = np.int32(max(int(np.max(fb.features.lengths)) for fb in feedbacks))
-  return stacked, max_length
-
-
 def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
   """K >= 2 seeds at the same step, one vmapped step for all (K-seed mode).
 
@@ -1063,19 +674,19 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
   active = [run for run, _, _ in group]
   step = active[0].step
   stop_at = job.stop_at(step)
-  params = stack_trees([p for _, p, _ in group])
-  opt_state = stack_trees([o for _, _, o in group])
+  params = learner.stack_trees([p for _, p, _ in group])
+  opt_state = learner.stack_trees([o for _, _, o in group])
   task = job.tasks[0]
   per_seed_lambda = task.penalty is not None and task.penalty.adaptive_every_steps is not None
-  vstep = make_vmapped_train_step(job.net, per_seed_lambda=per_seed_lambda)
+  vstep = learner.make_vmapped_train_step(job.net, per_seed_lambda=per_seed_lambda)
   pending = []  # (step, stacked device-side losses) since the last flush
   results = {}
-  log(f"{job.model}/{job.tasks[0].algorithm}: training seeds {[r.seed for r in active]} "
-      f"together (one vmapped step) from step {step}")
+  util.log(f"{job.model}/{job.tasks[0].algorithm}: training seeds {[r.seed for r in active]} "
+           f"together (one vmapped step) from step {step}")
   while step < stop_at and active:
     feedbacks = [next(run.streams[0]) for run in active]
     t0 = time.time()
-    batch, max_length = stack_batches(feedbacks)
+    batch, max_length = learner.stack_batches(feedbacks)
     lambdas = [run.lambda_at(task, step) for run in active]
     params, opt_state, losses = vstep(params, opt_state, batch,
                                       np.asarray(lambdas) if per_seed_lambda else lambdas[0],
@@ -1088,7 +699,7 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
       steps, stacked = zip(*pending)
       pending.clear()
       fetched = jax.device_get(list(stacked))
-      bad = [run.record(steps, [[tree_index(l, i)] for l in fetched])
+      bad = [run.record(steps, [[learner.tree_index(l, i)] for l in fetched])
              for i, run in enumerate(active)]
       for run, b in zip(active, bad):
         if b is None:
@@ -1118,15 +729,15 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
       host_params = jax.device_get(params)
       if job.eval_due(step):
         for i, run in enumerate(active):
-          run.report(run.evaluate(tree_index(host_params, i), step))
+          run.report(run.evaluate(learner.tree_index(host_params, i), step))
       if job.checkpoint_due(step):
         host_opt = jax.device_get(opt_state)
         for i, run in enumerate(active):
-          run.save_checkpoint(tree_index(host_params, i), tree_index(host_opt, i))
+          run.save_checkpoint(learner.tree_index(host_params, i), learner.tree_index(host_opt, i))
   if active:
     host_params, host_opt = jax.device_get((params, opt_state))
     for i, run in enumerate(active):
-      results[run.seed] = run.end(tree_index(host_params, i), tree_index(host_opt, i))
+      results[run.seed] = run.end(learner.tree_index(host_params, i), learner.tree_index(host_opt, i))
   return results
 
 
@@ -1160,6 +771,6 @@ def load_checkpoint(path: pathlib.Path):
   try:
     return runs.read_state(path)
   except ValueError as e:  # a checkpoint cut short by a kill: start over, loudly
-    log(f"WARNING: unreadable checkpoint {path} ({e}); moved aside to "
-        f"{runs.move_aside(path)}; starting from step 0")
+    util.log(f"WARNING: unreadable checkpoint {path} ({e}); moved aside to "
+             f"{runs.move_aside(path)}; starting from step 0")
     return None

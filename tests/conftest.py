@@ -46,8 +46,8 @@ def data_cache_dir(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session", autouse=True)
 def _jax_compilation_cache(data_cache_dir):
   """Identical computations across tests compile once (persistent XLA cache)."""
-  from nar_markov import train
-  train.setup_compilation_cache(os.environ.get("NAR_MARKOV_JAX_CACHE")
+  from nar_markov import learner
+  learner.setup_compilation_cache(os.environ.get("NAR_MARKOV_JAX_CACHE")
                                 or str(data_cache_dir / "jax"))
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from nar_markov import data
 from nar_markov import model as model_lib
-from nar_markov import train
+from nar_markov import learner
 
 HIDDEN = 16
 NB_TRIPLET_FTS = 4
@@ -133,8 +133,8 @@ def test_training_is_dm_clrs_training(algorithm, float64_same_noise):
   config = model_lib.NetConfig(hidden_size=HIDDEN, history="full",
                                nb_triplet_fts=NB_TRIPLET_FTS)
   assert config.fast  # the default impl is what trains the paper's runs
-  ours = train.Model([stream.spec], [model_lib.nb_dims_of(batches[0])], config,
-                     train.make_optimizer(LEARNING_RATE, CONSTANT_LR_HORIZON,
+  ours = learner.Learner([stream.spec], [model_lib.nb_dims_of(batches[0])], config,
+                     learner.make_optimizer(LEARNING_RATE, CONSTANT_LR_HORIZON,
                                           GRAD_CLIP_MAX_NORM))
   theirs = _dm_clrs_model(stream.spec, batches[0])
 

@@ -91,13 +91,13 @@ def saved_run(tmp_path_factory, data_cache_dir):
   """A freshly initialised tiny G-ForgetNet on bfs, saved as a run folder would be."""
   from nar_markov import data
   from nar_markov import model as model_lib
-  from nar_markov import train
+  from nar_markov import learner
 
   val = data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir))
   nb_dims = model_lib.nb_dims_of(val)
   config = model_lib.NetConfig(**TINY_NET)
-  net = train.Model([data.get_spec(ALGORITHM)], [nb_dims], config,
-                    train.make_optimizer(1e-3, 10, 1.0))
+  net = learner.Learner([data.get_spec(ALGORITHM)], [nb_dims], config,
+                    learner.make_optimizer(1e-3, 10, 1.0))
   init_batch = next(iter(data.eval_batches(val, 8)))[0]
   params, _ = net.init_state(5, [init_batch.features])
   # Perturbed so that they are no initialisation evaluate could redo by itself.
@@ -116,11 +116,11 @@ def saved_run(tmp_path_factory, data_cache_dir):
 def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
   from nar_markov import data
   from nar_markov import evaluate
-  from nar_markov import train
+  from nar_markov import learner
 
   run_dir, net, params = saved_run
   test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
-  expected = train.evaluate_split(net, params, test, 0, SAMPLES, with_hints=False,
+  expected = learner.evaluate_split(net, params, test, 0, SAMPLES, with_hints=False,
                                   max_samples=SAMPLES)
   lines = []
   out = evaluate.evaluate_run(run_dir, split="test", max_samples=SAMPLES, batch_size=SAMPLES,
@@ -133,7 +133,7 @@ def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
   # The check can fail: other parameters (the unperturbed initialisation) score otherwise.
   init_batch = next(iter(data.eval_batches(test, SAMPLES)))[0]
   other, _ = net.init_state(5, [init_batch.features])
-  assert train.evaluate_split(net, other, test, 0, SAMPLES, with_hints=False,
+  assert learner.evaluate_split(net, other, test, 0, SAMPLES, with_hints=False,
                               max_samples=SAMPLES)["score"] != expected["score"]
   # The loaded net is the saved one: same config, same parameter tree.
   loaded_net = evaluate.build_model([ALGORITHM], dataclasses.asdict(net.config))
@@ -142,7 +142,7 @@ def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
 
 def test_cli_scores_fresh_graphs_of_other_sizes(saved_run, tmp_path, capsys):
   from nar_markov import evaluate
-  from nar_markov import train
+  from nar_markov import learner
 
   run_dir, net, params = saved_run
   out_json = tmp_path / "scores.json"
@@ -154,7 +154,7 @@ def test_cli_scores_fresh_graphs_of_other_sizes(saved_run, tmp_path, capsys):
   scores = json.loads(out_json.read_text())["scores"]
   for entry, n in zip(scores, (5, 9)):
     graphs = evaluate.sample_graphs(ALGORITHM, n, SAMPLES, evaluate.DEFAULT_SAMPLE_SEED)
-    expected = train.evaluate_split(net, params, graphs, 0, SAMPLES, with_hints=False)
+    expected = learner.evaluate_split(net, params, graphs, 0, SAMPLES, with_hints=False)
     assert (entry["nb_nodes"], entry["seed"]) == (n, evaluate.DEFAULT_SAMPLE_SEED)
     assert entry["score"] == expected["score"] and entry["num_samples"] == SAMPLES
 
@@ -186,14 +186,14 @@ def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_d
   from nar_markov import data
   from nar_markov import evaluate
   from nar_markov import model as model_lib
-  from nar_markov import train
+  from nar_markov import learner
 
   algorithms = [ALGORITHM, "minimum"]
   vals = [data.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]
   nb_dims = [model_lib.nb_dims_of(v) for v in vals]
   config = model_lib.NetConfig(hidden_size=8, nb_triplet_fts=4, history="none")
-  net = train.Model([data.get_spec(a) for a in algorithms], nb_dims, config,
-                    train.make_optimizer(1e-3, 10, 1.0))
+  net = learner.Learner([data.get_spec(a) for a in algorithms], nb_dims, config,
+                    learner.make_optimizer(1e-3, 10, 1.0))
   params, _ = net.init_state(
       1, [next(iter(data.eval_batches(v, 8)))[0].features for v in vals])
   run_dir = tmp_path / "forget_multitask" / ALGORITHM / "seed1"
@@ -201,7 +201,7 @@ def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_d
                         {"algorithm": ALGORITHM, "algorithms": algorithms, "nb_dims": nb_dims,
                          "model": "forget_multitask", "seed": 1})
   test = data.load_split("minimum", "test", cache_dir=str(data_cache_dir))
-  expected = train.evaluate_split(net, params, test, 1, SAMPLES, with_hints=False,
+  expected = learner.evaluate_split(net, params, test, 1, SAMPLES, with_hints=False,
                                   max_samples=SAMPLES)
   out = evaluate.evaluate_run(run_dir, algorithm="minimum", max_samples=SAMPLES,
                               batch_size=SAMPLES, log=lambda *_: None)
@@ -303,8 +303,8 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   assert wide["gated_norm"] == pytest.approx(wide["history_norm"], rel=1e-5)
   # Refused, by name, for a model without the gate: in the function and, before any
   # scoring, on the command line.
-  from nar_markov import train
-  ungated = train.Model(net.specs, net.nb_dims,
+  from nar_markov import learner
+  ungated = learner.Learner(net.specs, net.nb_dims,
                         dataclasses.replace(net.config, history="full"), net.optimizer)
   with pytest.raises(ValueError, match="history-gate is for the gated history"):
     evaluate.history_gate_stats(ungated, params, test, 0, SAMPLES)

@@ -16,7 +16,7 @@ import pytest
 from nar_markov import data
 from nar_markov import fastnet
 from nar_markov import model as model_lib
-from nar_markov import train
+from nar_markov import learner
 
 HIDDEN = 8
 
@@ -43,8 +43,8 @@ def _models(spec, feedback, history="gated"):
   for impl in ("reference", "fast"):
     config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4,
                                  history=history, impl=impl)
-    out[impl] = train.Model([spec], [model_lib.nb_dims_of(feedback)], config,
-                            train.make_optimizer(1e-3, 10, 1.0))
+    out[impl] = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
+                            learner.make_optimizer(1e-3, 10, 1.0))
   return out
 
 

@@ -18,7 +18,7 @@ from clrs._src import processors
 
 from nar_markov import data
 from nar_markov import model as model_lib
-from nar_markov import train
+from nar_markov import learner
 
 HIDDEN = 8
 NB_NODES = 5
@@ -35,8 +35,8 @@ def batch():
 def _model(spec, feedback, history, scope, impl):
   config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4, history=history,
                                history_scope=scope, impl=impl)
-  return train.Model([spec], [model_lib.nb_dims_of(feedback)], config,
-                     train.make_optimizer(1e-3, 10, 1.0))
+  return learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
+                     learner.make_optimizer(1e-3, 10, 1.0))
 
 
 class _GatedZ:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nar_markov import model as model_lib
-from nar_markov import train
+from nar_markov import learner
 
 HIDDEN = 16
 NB_NODES = 5
@@ -25,8 +25,8 @@ def _model(spec, feedback, history, gate_bias_init=0.0, impl="auto"):
   config = model_lib.NetConfig(hidden_size=HIDDEN, history=history,
                                nb_triplet_fts=4, gate_bias_init=gate_bias_init,
                                impl=impl)
-  m = train.Model([spec], [model_lib.nb_dims_of(feedback)], config,
-                  train.make_optimizer(1e-3, 100, 1.0))
+  m = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
+                  learner.make_optimizer(1e-3, 100, 1.0))
   params = m.init(jax.random.PRNGKey(0), [feedback.features])
   return m, params
 

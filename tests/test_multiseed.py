@@ -25,6 +25,8 @@ from nar_markov import cluster  # pylint: disable=wrong-import-position
 from nar_markov import data  # pylint: disable=wrong-import-position
 from nar_markov import experiment  # pylint: disable=wrong-import-position
 from nar_markov import train  # pylint: disable=wrong-import-position
+from nar_markov import learner
+from nar_markov import util
 from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
 
 import flat
@@ -154,7 +156,7 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   # result.json is returned as it is.
   d0 = train.run_dir(tmp_path, MODEL, ALG, 0)
   d0.mkdir(parents=True)
-  done = json.loads(json.dumps(train.jsonable(dict(separate[0], marker=1))))
+  done = json.loads(json.dumps(util.jsonable(dict(separate[0], marker=1))))
   (d0 / "result.json").write_text(json.dumps(done))
   results = flat.run(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
                                  **TINY)
@@ -176,7 +178,7 @@ def test_checkpoints_at_different_steps_train_group_by_group(tmp_path, separate)
 def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
   """Seed 1's parameters start as NaN: it ends 'diverged' at step 1, as a
   separate run would, and seeds 0 and 2 train on to the same results."""
-  real_init_state = train.Model.init_state
+  real_init_state = learner.Learner.init_state
 
   def init_state(self, seed, features_list):
     params, opt_state = real_init_state(self, seed, features_list)
@@ -184,7 +186,7 @@ def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
       params = jax.tree_util.tree_map(lambda x: x * np.nan, params)
     return params, opt_state
 
-  monkeypatch.setattr(train.Model, "init_state", init_state)
+  monkeypatch.setattr(learner.Learner, "init_state", init_state)
   results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
                                  **TINY)
   assert results[1]["status"] == "diverged"
@@ -205,21 +207,21 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
   batches = [next(data.TrainStream("bfs", seed=s, batch_size=4, lengths=(5,)))
              for s in (0, 1)]
   T = batches[1].features.hints[0].data.shape[0]
-  stacked, max_length = train.stack_batches([batches[0], data.pad_time(batches[1], T + 3)])
+  stacked, max_length = learner.stack_batches([batches[0], data.pad_time(batches[1], T + 3)])
   assert stacked.features.hints[0].data.shape[:2] == (2, T + 3)
   assert max_length == max(int(b.features.lengths.max()) for b in batches)
   config = train.model_lib.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)
   optimizer = optax.sgd(1.0)
-  net = train.Model([spec], [train.model_lib.nb_dims_of(batches[0])], config, optimizer)
+  net = learner.Learner([spec], [train.model_lib.nb_dims_of(batches[0])], config, optimizer)
   params = [net.init(jax.random.PRNGKey(s), [batches[0].features]) for s in (0, 1)]
   opt = [optimizer.init(p) for p in params]
   keys = [jax.random.fold_in(jax.random.PRNGKey(s + 1), 7) for s in (0, 1)]
   np.testing.assert_array_equal(net.step_keys([0, 1], 7), np.stack(keys))
   for s in (0, 1):
     np.testing.assert_array_equal(net.step_key(s, 7), keys[s])
-  vstep = train.make_vmapped_train_step(net)
+  vstep = learner.make_vmapped_train_step(net)
   p0 = jax.device_get(params)  # (the steps donate their inputs)
-  vp, _, vl = jax.device_get(vstep(train.stack_trees(params), train.stack_trees(opt),
+  vp, _, vl = jax.device_get(vstep(learner.stack_trees(params), learner.stack_trees(opt),
                                    stacked, np.float32(0.0), np.stack(keys), max_length))
   for i in (0, 1):
     p, _, l = jax.device_get(net.train_step(params[i], opt[i], batches[i],
@@ -227,7 +229,7 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
     for name in ("total", "output", "hint"):
       np.testing.assert_allclose(getattr(vl, name)[i], getattr(l, name), rtol=1e-5)
     # The updates (= -gradients), to 1e-5 of the largest.
-    got = [a - b for a, b in zip(jax.tree_util.tree_leaves(train.tree_index(vp, i)),
+    got = [a - b for a, b in zip(jax.tree_util.tree_leaves(learner.tree_index(vp, i)),
                                  jax.tree_util.tree_leaves(p0[i]))]
     want = [a - b for a, b in zip(jax.tree_util.tree_leaves(p),
                                   jax.tree_util.tree_leaves(p0[i]))]

@@ -20,6 +20,8 @@ from nar_markov import experiment
 from nar_markov import model as model_lib
 from nar_markov import runs as runs_lib
 from nar_markov import train
+from nar_markov import learner
+from nar_markov import util
 
 import flat
 
@@ -126,8 +128,8 @@ def test_an_update_leaves_the_other_algorithms_modules_untouched():
   streams = [data.TrainStream(a, seed=0, batch_size=4, lengths=(4,)) for a in algorithms]
   batches = [next(s) for s in streams]
   config = model_lib.NetConfig(hidden_size=8, history="none", nb_triplet_fts=4)
-  net = train.Model([s.spec for s in streams], [model_lib.nb_dims_of(b) for b in batches],
-                    config, train.make_optimizer(1e-2, 10, 1.0))
+  net = learner.Learner([s.spec for s in streams], [model_lib.nb_dims_of(b) for b in batches],
+                    config, learner.make_optimizer(1e-2, 10, 1.0))
   params, opt = net.init_state(0, [b.features for b in batches])
   # One update of minimum first, so that its Adam moments are not zero.
   params, opt, _ = net.train_step(params, opt, batches[0], np.float32(0), 0,
@@ -225,7 +227,7 @@ def test_resume_is_exact(runs):
 
 def test_finished_job_is_not_run_again(runs):
   again = flat.run(results_dir=str(runs["a"]), **TINY)
-  assert again == json.loads(json.dumps(train.jsonable(runs["results_a"])))
+  assert again == json.loads(json.dumps(util.jsonable(runs["results_a"])))
   other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="other settings.*multitask_algorithms: result "
                      r"\['naive_string_matcher', 'bfs', 'insertion_sort'\], this run "
@@ -284,7 +286,7 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
   for alg in ("minimum", "bfs"):
     on_disk = json.loads((train.run_dir(tmp_path, "baseline_multitask", alg, 0)
                           / train.RESULT_NAME).read_text())
-    assert on_disk == json.loads(json.dumps(train.jsonable(results[alg])))
+    assert on_disk == json.loads(json.dumps(util.jsonable(results[alg])))
     assert on_disk["status"] == "diverged" and on_disk["diverged_step"] == 1
     # Tested on its best (step 0) parameters, as run.py never drops a seed.
     assert on_disk["steps"] == 1 and on_disk["test_score"] is not None
@@ -335,7 +337,7 @@ def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch
           ("train_lengths", [4]), ("train_steps", 2), ("eval_every_steps", 2),
           ("log_every_steps", 1), ("checkpoint_every_steps", 1),
           ("val_max_samples", 4), ("test_max_samples", 4), ("progress", False)]]
-  real = train.evaluate_split
+  real = learner.evaluate_split
   tested = []
 
   def evaluate_split(net, params, split, algorithm_index, *args, with_hints, **kwargs):
@@ -346,7 +348,7 @@ def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch
     return real(net, params, split, algorithm_index, *args, with_hints=with_hints,
                 **kwargs)
 
-  monkeypatch.setattr(train, "evaluate_split", evaluate_split)
+  monkeypatch.setattr(learner, "evaluate_split", evaluate_split)
   job = dict(algorithms=["minimum", "bfs"], seeds=[2], results_dir=str(tmp_path),
              multitask=True)
   with pytest.raises(_Killed):

@@ -1,0 +1,329 @@
+"""The learner: one net's pure train and evaluation functions, jitted once per shape.
+
+`Learner` wraps nar_markov.model.Net (or the fast net computing the same function)
+over one or more algorithms: initial state, the optimizer step (dm-clrs run.py's
+Adam with cosine decay and clipping), evaluation batches; `evaluate_split` scores a
+split with `clrs.evaluate`.  The steps that train K seeds at once (`jax.vmap`) and
+several algorithms with one summed update are built here too.  The training loop
+(nar_markov.train) drives these; it holds no jax function of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, Optional, Sequence
+
+import clrs
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from nar_markov import data
+from nar_markov import fastnet
+from nar_markov import model as model_lib
+
+
+def make_optimizer(learning_rate: float, train_steps: int,
+                   grad_clip_max_norm: float) -> optax.GradientTransformation:
+  """Adam with cosine decay (paper Sec. 5) after global-norm clipping (run.py)."""
+  schedule = optax.cosine_decay_schedule(init_value=learning_rate,
+                                         decay_steps=max(1, train_steps))
+  chain = []
+  if grad_clip_max_norm > 0:
+    chain.append(optax.clip_by_global_norm(grad_clip_max_norm))
+  chain += [optax.scale_by_adam(), optax.scale_by_schedule(lambda s: -schedule(s))]
+  return optax.chain(*chain)
+
+
+class Learner:
+  """Pure train/eval functions of one Net over one or more algorithms."""
+
+  def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
+               optimizer: optax.GradientTransformation):
+    self.specs = list(specs_)
+    self.nb_dims = list(nb_dims)
+    self.config = config
+    self.optimizer = optimizer
+
+    net_cls = fastnet.FastNet if config.fast else model_lib.Net
+
+    def forward(features, algorithm_index, repred, hidden_override=None,
+                max_length=None, collect_hints=True):
+      net = net_cls(self.specs, nb_dims, config)
+      return net(features, algorithm_index, repred, hidden_override,
+                 max_length=max_length, collect_hints=collect_hints)
+
+    def init_all(features_list):
+      # Parameters are created by the reference net under either impl: the
+      # two have the same parameters, but FastNet creates some in another
+      # order (outputs decoded after the scan), and haiku draws one init key
+      # per parameter in creation order.  So a seed means the same initial
+      # parameters whichever impl trains them.
+      net = model_lib.Net(self.specs, nb_dims, config)
+      for k, features in enumerate(features_list):
+        net(features, k, repred=False)
+
+    # An rng is only drawn for the Gumbel noise dm-clrs adds to permutation
+    # pointers in training (decoders.log_sinkhorn); evaluation uses none.
+    self._forward = hk.transform(forward)
+    init_params = hk.transform(init_all).init
+    self._init = jax.jit(init_params)
+
+    # Run start-up and per-step keys in one compiled function each: done
+    # eagerly, PRNGKey, fold_in and the optimizer's zeros_like per parameter
+    # shape are an XLA compilation apiece.
+    def init_state(seed, features_list):
+      params = init_params(jax.random.PRNGKey(seed), features_list)
+      return params, self.optimizer.init(params)
+
+    def step_key(seed, step):
+      return jax.random.fold_in(jax.random.PRNGKey(seed + 1), step)
+
+    self._init_state = jax.jit(init_state)
+    self._step_key = jax.jit(step_key)
+    self._step_keys = jax.jit(jax.vmap(step_key, in_axes=(0, None)))
+    self.train_step = jax.jit(self._train_step, static_argnums=(4,),
+                              donate_argnums=(0, 1))
+    self.eval_batch = jax.jit(self._eval_batch, static_argnums=(2, 3))
+
+  def init(self, rng_key, features_list):
+    return self._init(rng_key, features_list)
+
+  def restore_opt_state(self, params, leaves: Sequence[Any]):
+    """The optimizer state whose leaves a checkpoint saved (in tree order)."""
+    template = jax.eval_shape(self.optimizer.init, params)
+    treedef = jax.tree_util.tree_structure(template)
+    if treedef.num_leaves != len(leaves):
+      raise ValueError(f"checkpoint holds {len(leaves)} optimizer-state arrays, this "
+                       f"optimizer has {treedef.num_leaves}")
+    return jax.tree_util.tree_unflatten(treedef, [np.asarray(x) for x in leaves])
+
+  def init_state(self, seed: int, features_list):
+    """(params, opt_state) of a run: params = init(PRNGKey(seed), ...)."""
+    return self._init_state(np.int32(seed), features_list)
+
+  def step_key(self, seed: int, step: int):
+    """The rng of train step `step` of a run: fold_in(PRNGKey(seed + 1), step)."""
+    return self._step_key(np.int32(seed), np.int32(step))
+
+  def step_keys(self, seeds: Sequence[int], step: int):
+    """[K, 2]: `step_key` of each seed, in one call (the same bits)."""
+    return self._step_keys(np.asarray(seeds, np.int32), np.int32(step))
+
+  def apply(self, params, features, algorithm_index, repred, hidden_override=None,
+            rng_key=None, max_length=None, collect_hints=True):
+    return self._forward.apply(params, rng_key, features, algorithm_index, repred,
+                               hidden_override, max_length, collect_hints)
+
+  def loss(self, params, feedback, lambda_gate, algorithm_index, rng_key=None,
+           max_length=None):
+    out = self.apply(params, feedback.features, algorithm_index, False,
+                     rng_key=rng_key, max_length=max_length)
+    return model_lib.compute_losses(feedback, out, lambda_gate)
+
+  def _train_step(self, params, opt_state, feedback, lambda_gate, algorithm_index,
+                  rng_key, max_length=None):
+    """One optimizer step. `max_length` (int32 scalar, optional): an upper bound
+    on `feedback.features.lengths`; K-seed training passes the max over all
+    seeds, unbatched, so that skipping finished steps stays a real branch
+    under `jax.vmap`. None: the batch's own max."""
+    def total(p):
+      losses = self.loss(p, feedback, lambda_gate, algorithm_index, rng_key,
+                         max_length)
+      return losses.total, losses
+    grads, losses = jax.grad(total, has_aux=True)(params)
+    updates, new_opt_state = self.optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    if len(self.specs) > 1:
+      # dm-clrs `filter_null_grads`: an update for one algorithm leaves the
+      # other algorithms' encoders/decoders and their Adam moments as they
+      # were (their gradients are zero; Adam would still move them by momentum).
+      new_params = keep_other_algorithms(new_params, params, algorithm_index)
+      new_opt_state = keep_other_algorithms(new_opt_state, opt_state, algorithm_index)
+    return new_params, new_opt_state, losses
+
+  def _eval_batch(self, params, feedback, algorithm_index, with_hints: bool):
+    """Hard output predictions (+ per-step hint loss and history norm on val)."""
+    out = self.apply(params, feedback.features, algorithm_index, True,
+                     collect_hints=with_hints)
+    preds = model_lib.postprocess_outputs(self.specs[algorithm_index],
+                                          out.output_preds)
+    if not with_hints:
+      return preds, None
+    losses = model_lib.compute_losses(feedback, out, 0.0)
+    history_norm = model_lib.mean_history_norm(out, feedback.features.lengths)
+    return preds, {"hint_per_step": losses.hint_per_step,
+                   "history_norm": history_norm}
+
+
+_ALGORITHM_MODULE = re.compile(r"algo_(\d+)_")
+
+
+def keep_other_algorithms(new, old, algorithm_index: int):
+  """`new` (parameters, or optimizer state holding per-parameter trees), where
+  every module of ANOTHER algorithm (haiku name `algo_<j>_...`, j !=
+  `algorithm_index`) keeps its value in `old`.  Shared modules (the processor,
+  the history gate) and global state (Adam's count) take `new`: dm-clrs
+  `filter_null_grads`."""
+  def pick(path, n, o):
+    for key in path:
+      name = getattr(key, "key", None)
+      if isinstance(name, str):
+        m = _ALGORITHM_MODULE.search(name)
+        if m and int(m.group(1)) != algorithm_index:
+          return o
+    return n
+  return jax.tree_util.tree_map_with_path(pick, new, old)
+
+
+def evaluate_split(model: Learner, params, split_feedback, algorithm_index: int,
+                   batch_size: int, with_hints: bool,
+                   max_samples: Optional[int] = None) -> Dict[str, Any]:
+  """clrs.evaluate over a whole split, run in fixed-size sub-batches."""
+  split_feedback, n_total = data.at_most(split_feedback, max_samples)
+  # Equal sub-batches: 32 samples at a cap of 30 run as 2 x 16, not 30 + 30
+  # (the last batch is padded with duplicates up to the batch size).
+  nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
+  batch_size = -(-n_total // nb_batches)
+  preds_parts, hint_steps, norms, counts = [], [], [], []
+  for batch, n_valid in data.eval_batches(split_feedback, batch_size):
+    preds, extras = model.eval_batch(params, batch, algorithm_index, with_hints)
+    preds_parts.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[:n_valid], preds))
+    if extras is not None:
+      # Weighted by valid samples; padded duplicates are dropped from scoring.
+      hint_steps.append(np.asarray(extras["hint_per_step"]) * n_valid)
+      norms.append(np.asarray(extras["history_norm"])[:n_valid])
+      counts.append(n_valid)
+  preds = {}
+  for name in preds_parts[0]:
+    dps = [p[name] for p in preds_parts]
+    preds[name] = clrs.DataPoint(
+        name=name, location=dps[0].location, type_=dps[0].type_,
+        data=np.concatenate([np.asarray(d.data) for d in dps], axis=0))
+  outputs = [_slice_dp(o, n_total) for o in split_feedback.outputs]
+  scores = clrs.evaluate(outputs, preds)
+  result = {"score": float(scores["score"]),
+            "scores": {k: float(v) for k, v in scores.items() if k != "score"}}
+  if with_hints:
+    width = max(len(h) for h in hint_steps)
+    padded = [np.pad(h, (0, width - len(h))) for h in hint_steps]
+    result["hint_per_step"] = (np.sum(padded, axis=0) / sum(counts)).tolist()
+    result["history_norm"] = float(np.mean(np.concatenate(norms)))
+  return result
+
+
+def _slice_dp(dp, n):
+  return clrs.DataPoint(name=dp.name, location=dp.location, type_=dp.type_,
+                        data=np.asarray(dp.data)[:n])
+
+
+def default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
+                             budget_bytes: float = 128 * 2**20,
+                             fast: bool = True) -> int:
+  """Keep one evaluation step's biggest tensors within `budget_bytes`.
+
+  Small sub-batches are also faster on CPU: floyd_warshall's test split
+  (32 graphs of 64 nodes) took 168 s in one batch of 32 and 32 s in batches
+  of 8 (tensors that stay in cache, fewer page faults).
+
+  The fast net's are [B, N, N, H] (a few of them); dm-clrs's edge-pointer
+  decoders (floyd_warshall, optimal_bst, matrix_chain_order... with
+  `impl='reference'`) build a batch x n^3 x hidden tensor: 4.3 GB at n = 64,
+  batch 32.
+  """
+  per_sample = nb_nodes**2 * hidden_size * 4 * 8
+  for _, (stage, loc, t) in spec.items():
+    if not fast and loc == clrs.Location.EDGE and t == clrs.Type.POINTER:
+      per_sample = nb_nodes**3 * hidden_size * 4
+  return int(max(1, min(32, budget_bytes // per_sample)))
+
+
+def setup_compilation_cache(path: Optional[str] = None) -> Optional[str]:
+  """Turn on JAX's persistent compilation cache (XLA compiles dominate short runs).
+
+  Order: `path`, $NAR_MARKOV_JAX_CACHE, <data cache dir>/jax. An empty string
+  or "off" disables it. Must run before the process's first compilation to
+  take effect; later calls are no-ops.
+  """
+  if path is None:
+    path = os.environ.get("NAR_MARKOV_JAX_CACHE")
+  if path is None:
+    path = str(data.resolve_cache_dir() / f"jax-{jax.__version__}")
+  if path in ("", "off"):
+    return None
+  if jax.config.jax_compilation_cache_dir is None:
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  return jax.config.jax_compilation_cache_dir
+
+
+def make_summed_train_step(net: Learner, nb_algorithms: int):
+  """multitask_update='summed': one optimizer update on sum_k loss_k(batch_k)."""
+
+  def step(params, opt_state, feedbacks, lambdas, rng_key):
+    def total(p):
+      losses = [net.loss(p, feedbacks[k], lambdas[k], k, jax.random.fold_in(rng_key, k))
+                for k in range(nb_algorithms)]
+      return sum(l.total for l in losses), losses
+    grads, losses = jax.grad(total, has_aux=True)(params)
+    updates, opt_state = net.optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return params, opt_state, losses
+
+  return jax.jit(step, donate_argnums=(0, 1))
+
+
+def make_vmapped_train_step(net: Learner, algorithm_index: int = 0,
+                            per_seed_lambda: bool = False):
+  """K seeds' optimizer steps as one jitted computation.
+
+  `jax.vmap` of `Learner._train_step` over a leading seed axis of params,
+  optimizer state, batch and rng key; `lambda_gate` and `max_length` are
+  shared, unbatched: a scalar `max_length` (the longest trajectory over all
+  K batches) keeps the model's skip of finished time steps a real branch,
+  where a batched one would turn into a select that computes both sides.
+  Parameters and optimizer state are donated, as `Learner.train_step` does.
+  `per_seed_lambda`: `lambda_gate` is [K], one per seed (an adaptive lambda).
+  Call: `(params, opt_state, batch, lambda_gate, rng_keys, max_length)` ->
+  `(params, opt_state, losses)`, all with the leading K axis.
+  """
+  def step(params, opt_state, feedback, lambda_gate, rng_key, max_length):
+    return net._train_step(params, opt_state, feedback, lambda_gate,  # pylint: disable=protected-access
+                           algorithm_index, rng_key, max_length)
+  lambda_axis = 0 if per_seed_lambda else None
+  return jax.jit(jax.vmap(step, in_axes=(0, 0, 0, lambda_axis, 0, None)),
+                 donate_argnums=(0, 1))
+
+
+def stack_trees(trees: Sequence[Any]):
+  """K pytrees of the same structure -> one with a leading K axis (on device)."""
+  return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.stack([np.asarray(x) for x in xs])),
+                                *trees)
+
+
+def tree_index(tree, i: int):
+  """Seed `i`'s slice of a stacked pytree already on the host (numpy)."""
+  return jax.tree_util.tree_map(lambda x: np.asarray(x[i]), tree)
+
+
+def stack_batches(feedbacks: Sequence[clrs.Feedback]):
+  """K seeds' train batches of one step -> (stacked batch, max_length).
+
+  The batches have the same graph size (lockstep streams) but may differ in
+  hint time length (each stream's time bucket); all are zero-padded to the
+  longest, which changes no number (outputs freeze after a trajectory's end,
+  hint losses are masked).  `max_length`: the longest trajectory of all K
+  batches, an int32 scalar.
+  """
+  T = max(int(fb.features.hints[0].data.shape[0]) for fb in feedbacks)
+  padded = [data.pad_time(fb, T) for fb in feedbacks]
+  shapes = {tuple(np.shape(x) for x in jax.tree_util.tree_leaves(fb)) for fb in padded}
+  if len(shapes) != 1:
+    raise ValueError("the seeds' train batches of one step differ in shape (graph "
+                     f"sizes out of step?): {sorted(shapes)}")
+  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *padded)
+  max_length = np.int32(max(int(np.max(fb.features.lengths)) for fb in feedbacks))
+  return stacked, max_length
