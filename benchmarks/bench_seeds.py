@@ -12,7 +12,7 @@ runs, per training step, on this machine:
   to the longest of the K) -- the K-seed loop of `experiment.run_experiment`,
   stacking and step rng included.
 - sequential: the same K seeds one after another, each with its own
-  `learner.Learner` (so its own jitted `Model.train_step`), as K separate runs.
+  `learner.Learner` (so its own jitted `Learner.train_step`), as K separate runs.
 
 Both consume the same train batches (each seed's `data.TrainStream`, drawn
 once up front), start from the same parameters (`PRNGKey(seed)`) and use the

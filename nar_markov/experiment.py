@@ -598,7 +598,7 @@ def run_experiment(*,
 
   K-seed mode (`seed=[s1, ..., sK]` with one algorithm, what the sweep runs
   with SEEDS_PER_JOB=K): one optimizer step of all K seeds is ONE XLA
-  computation, `jax.vmap` of `Model._train_step` over parameters, optimizer
+  computation, `jax.vmap` of `Learner._train_step` over parameters, optimizer
   state, batch and step rng (`make_vmapped_train_step`).  Everything else
   stays per seed and is exactly what K separate runs do (`_SeedRun`): its own
   data stream, initial parameters, step rng, validation, best parameters,

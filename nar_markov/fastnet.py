@@ -1,7 +1,7 @@
 """The same network as `model.Net`, computed with less work (what `NetConfig.impl='auto'` runs).
 
 `FastNet` has `Net`'s parameters (same names and shapes, so a checkpoint of
-either runs in the other; `train.Model` creates them with `Net`, so a seed
+either runs in the other; `learner.Learner` creates them with `Net`, so a seed
 gives the same initial parameters under both) and computes the same function up to
 float round-off; tests/test_fastnet.py checks losses, gradients and
 predictions against `Net` on every CLRS type of feature.  Where the time

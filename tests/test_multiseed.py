@@ -199,7 +199,7 @@ def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
 
 def test_vmapped_step_equals_single_steps_on_time_padded_batches():
   """The step itself: K = 2 in one vmapped call, one batch padded by 3 extra
-  time steps, equals each seed's `Model.train_step` on its own batch.
+  time steps, equals each seed's `Learner.train_step` on its own batch.
 
   With plain SGD: Adam's first update is ~lr * sign(gradient), which round-off
   flips for a near-zero gradient; SGD's is the gradient itself."""
