@@ -1,91 +1,12 @@
 """CLRS-30 data: the train stream, run.py's validation pool, the official val/test splits, a cache.
 
-Everything here follows dm-clrs 2.0.3 (`clrs/examples/run.py` and
-`clrs/_src/dataset.py`); nothing is re-derived.
-
-Train (`TrainStream`)
-  On-the-fly samplers at 4, 7, 11, 13 and 16 nodes, cycled batch by batch as
-  run.py's `make_multi_sampler` does: `rng = np.random.RandomState(seed)`, each
-  length's sampler seeded with `rng.randint(2**32)` (num_samples=-1,
-  track_max_steps=True), and run.py's CLRS-30 settings: edge probabilities
-  p = (0.1, ..., 0.9), halved for articulation_points / bridges / mst_kruskal /
-  bipartite_matching ("otherwise trajectories are very long"); the string
-  matchers train at 16*5//4 = 20 nodes only with length_needle=-8 (a needle of
-  1..8 characters); then per batch: random `pos` (drawn from the same `rng`),
-  pred_h -> pred input for run.py's PRED_AS_INPUT_ALGOS, permutation pointers.
-  The preprocessing calls clrs's own `process_random_pos`,
-  `process_pred_as_input` and `process_permutations` on a one-batch iterator,
-  so the numerics are clrs's; since we own `rng`, the whole stream state is
-  capturable (`state_dict`/`load_state_dict`) for exact resume.
-  Deviation from run.py: run.py shares its `rng` with the val sampler (one extra
-  `randint` after the train samplers, then `uniform` draws at each evaluation),
-  so its train `pos` draws depend on when it evaluates; ours do not. The train
-  graphs themselves (the samplers' seeds) are run.py's for the same seed.
-
-Bounded shapes (`time_bucket`)
-  dm-clrs pads each batch's hints to the longest trajectory seen so far, so a
-  jitted step would recompile whenever that grows. We pad the hint time axis of
-  every train batch of (algorithm, nb_nodes) to the measured maximum T of that
-  size (`clrs30_trajectory_lengths.json`, package data, measured on dm-clrs
-  2.0.3); a batch longer than that is padded to T rounded up to at most 1/8
-  more (`time_bucket`). The
-  table is a sample maximum and clrs's own 1,000-trajectory estimate of max T
-  exceeds it for ~1 in 10 (algorithm, size) pairs (e.g. bfs at 11 nodes: 9 > 8
-  -> 9; mst_kruskal at 16 nodes: 147 > 127 -> 160), so a run sees one, sometimes two, time shapes per train length
-  (bfs, seed 0, 200 batches: 6 shapes; clrs's max T only grows, so a later
-  batch never returns to a smaller bucket). Padding is with zeros, as clrs
-  already pads inside a batch; `features.lengths` is unchanged, so losses and
-  `clrs.evaluate` see the same valid steps.
-
-Validation (`ValidationPool`), as run.py validates
-  run.py does not validate on the official val split: it builds a val sampler
-  with the *training* sampler settings (edge probabilities, needle lengths)
-  at the largest train size (16 nodes; the string matchers 20, their training
-  size), `2 * 32 * num_samples_multiplier` trajectories, seeded from the run's
-  own `RandomState(seed)` (the `randint` after the train samplers'), and at
-  every evaluation draws that many samples from it with replacement, in
-  batches of 32 (`Sampler.next(32)`), each with freshly randomised `pos`.
-  `ValidationPool` does exactly that; the draw of evaluation k comes from
-  `RandomState([pool seed, k])` instead of run.py's shared `rng`, so it is a
-  function of (seed, step) and a resumed run validates on the same samples.
-  `validation_mode = 'fixed'` (gin) is the named departure: the whole pool,
-  `pos` randomised once, the same samples at every evaluation (smoother
-  curves, e.g. for the gate-norm figures).
-
-Val/test (`load_split`)
-  Exactly the official CLRS-30 dataset builder's draw (`CLRSDataset._create_data`):
-  `clrs.build_sampler(alg, seed=CLRS30[split]['seed'],
-  num_samples=32 * num_samples_multiplier, length=CLRS30[split]['length'])`,
-  the full dataset (`sampler.next(None)`), then run.py's preprocessing without
-  random `pos`. Val: 16 nodes, seed 2; test: 64 nodes, seed 3.
-  Exception: the string matchers are validated at 20 nodes (their training
-  size, as run.py does), with the builder's default needle (length // 5 = 4).
-  At 16 nodes run.py's length_needle=-8 crashes dm-clrs 2.0.3 (a needle of 8
-  leaves an 8-character haystack and `rng.choice(0)` raises "a must be greater
-  than 0"), and the builder's own 16-node draw would validate below the
-  training size.
-
-Cache
-  Raw val/test draws (before preprocessing) are cached as
-  `<cache_dir>/clrs-<version>/<algorithm>_<split>.npz`, written atomically
-  (temp file + os.replace) with a SHA-256 over the stored arrays; a corrupt,
-  truncated or mismatching file is reported with `warnings.warn` and
-  regenerated. The directory is, in order: the `cache_dir` argument, the
-  NAR_MARKOV_CACHE environment variable, gin's `cache_dir.path`,
-  `~/.cache/nar_markov`. Arrays are stored losslessly but compactly: hints
-  without their zero time padding, and every array in the narrowest dtype that
-  round-trips bit for bit (pointers and masks are float64 in clrs): all 60
-  files take ~0.9 GB, and a reload is 10-50x faster than sampling, bounded by
-  writing out the float64 arrays (quickselect's test split: 3 GB, ~5x).
-
-Evaluation batches (`eval_batches`)
-  Fixed-size batches of a split; the last one is filled up by repeating samples
-  from the start of the split and comes with the number of valid samples, which
-  are the only ones to score. One shape per split, so one compilation.
-
-CLI
-  python -m nar_markov.data --algorithm bfs --split test [--cache-dir DIR]
-  python -m nar_markov.data --all      # fill the val+test cache for all 30
+Everything follows dm-clrs 2.0.3 (`clrs/examples/run.py`, `clrs/_src/dataset.py`):
+`TrainStream` is run.py's multi-sampler with its stream state capturable for exact
+resume; `ValidationPool` is run.py's validation (training settings at the largest
+train size, resampled at each evaluation); `load_split` is the official builder's
+val/test draw, cached losslessly under `<cache_dir>/clrs-<version>/`; `time_bucket`
+bounds the hint time axis so a jitted step compiles a few shapes, not one per batch.
+The departures from run.py and why, the cache's format and the CLI: docs/data.md.
 """
 
 from __future__ import annotations

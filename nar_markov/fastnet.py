@@ -1,78 +1,14 @@
 """The same network as `model.Net`, computed with less work (what `NetConfig.impl='auto'` runs).
 
-`FastNet` has `Net`'s parameters (same names and shapes, so a checkpoint of
-either runs in the other; `learner.Learner` creates them with `Net`, so a seed
-gives the same initial parameters under both) and computes the same function up to
-float round-off; tests/test_fastnet.py checks losses, gradients and
-predictions against `Net` on every CLRS type of feature.  Where the time
-went in `Net` (dm-clrs's own modules), and what changed, measured on the
-2-core CPU machine (README "Speed"):
-
-1. Edge features are low rank.  Every edge encoding is a `Linear` of a
-   feature with 1 (scalar, mask, pointer) or C (categorical) channels, so
-   ``edge_fts = x @ W + b`` with x: [B, N, N, D], D ~ 1-10.  dm-clrs
-   materialises edge_fts [B, N, N, H] and then multiplies it by [H, H]
-   matrices (the processor's m_e, the triplet t_e_*, every decoder reading
-   edges).  `EdgeFts` keeps (x, W, b) and folds W into the next matrix:
-   ``edge_fts @ M = x @ (W @ M) + b @ M`` -- D*H instead of H*H per entry.
-   Edge-pointer encodings average a [B, N, N, N, H] one-hot encoding over
-   one axis; here the mean of the one-hot comes first ([B, N, N]).
-2. Inputs are encoded once per trajectory instead of once per step (the
-   order of additions, inputs then hints, is dm-clrs's).
-3. Outputs are decoded once.  dm-clrs decodes outputs at every step and
-   keeps, per trajectory, those of its last step; here the decoders' inputs
-   of each trajectory's last step are carried and decoded after the scan.
-   (The Gumbel noise of permutation outputs in training is then drawn once,
-   from another key: same distribution, different draw.)
-4. Pointer decoders reduce ``max(a, c) . w`` over H as it is produced,
-   forward and backward (custom VJPs): edge pointers (floyd_warshall,
-   optimal_bst, ...) never build dm-clrs's [B, N, N, N, H] tensor (4.3 GB
-   per step at n = 64, batch 32), node pointers skip dm-clrs's transpose of
-   the [B, N, N, H] maximum per decoder and step (`edge_pointer_logits`,
-   `node_pointer_logits`).  The node pointers' forward takes the product with
-   w as a [rows, H] x [H, 1] product, not a fused sum: same-process A/B
-   insertion_sort -5% per step at n = 16, -2% at n = 11, dfs +1% at n = 11.
-5. The processor's message MLP and its max over senders are one function
-   with a hand-written VJP (`message_mlp_max`): four plain matrix products
-   over the [B * N * N, H] rows, where autodiff of jnp.max built a select and
-   a transposed copy of the masked cotangent that cost more than the
-   products (benchmark ratios, two quiet runs before and after:
-   naive_string_matcher 1.29 -> 1.57, dfs 1.65 -> 1.83).
-6. The triplet max adds, before the max over the first node, only the three
-   of dm-clrs's seven terms that depend on that node: a [B, N, N, N, F] sum
-   of three terms instead of seven, the other four added to the [B, N, N, F]
-   result (same value up to float round-off).  Same-process A/B:
-   insertion_sort -3% per step at n = 16.
-7. The processor's and decoders' Linears and products that autodiff
-   differentiates run on the [rows, features] view of their input
-   (`on_rows`; the message MLP's hand-written VJP reshapes itself, dm-clrs's
-   encoders are called as they are).  Haiku's Linear on [B, N, N, D] gives a weight gradient that
-   contracts three axes, which XLA:CPU runs as a generic dot outside
-   YNNPACK: ~1.2 ms per step for dfs's [4, 256] edge-projection gradient,
-   against ~0.3 ms as one 2-D product.  Same-process A/B (with 6 in both
-   arms): insertion_sort -3.5% per step at n = 16, dfs -2.7% at n = 11.  With
-   6 and 7 the benchmark (README "Speed") moved insertion_sort from 1.94 to
-   2.06 and dfs from 1.77 to 1.88.
-8. Training recomputes each step's forward in the backward pass (`hk.remat`,
-   `NetConfig.remat`), except the message MLP's hidden layer, its max and
-   where the max is (`_REMAT_SAVES`): storing and copying all per-step
-   [B, N, N, H] intermediates cost more on CPU than computing them twice
-   (bfs 0.83 -> 0.70 s, insertion_sort 1.53 -> 1.34 s per n = 16 step,
-   loaded machine), but recomputing the MLP cost two of its matrix products
-   and, in the forward pass, made XLA fuse both products with the max into
-   one YNNPACK fusion about 2x slower than the products alone.  Keeping
-   those three (~5 bytes per [B, N, N, H] entry and step) instead: steps
-   -16% naive_string_matcher, -12% insertion_sort, -2% dfs and bfs (same
-   process, alternating).
-9. Steps after the last trajectory of the batch has ended are skipped (a
-   real branch, `hk.cond`): dm-clrs pads every batch to the sampler's
-   running max length and runs all of it; those steps change nothing that is
-   read (outputs are frozen, losses masked).
-10. At evaluation without hint statistics, per-step hint predictions are not
-   stacked over time (for floyd_warshall at n = 64: 2 GB per batch of 32).
-
-Only the Triplet-GMPNN processor (the paper's) has a fast path;
-`NetConfig(impl='reference')` runs dm-clrs's modules as they are.
+`FastNet` has `Net`'s parameters (same names and shapes, so a checkpoint of either runs
+in the other; `learner.Learner` creates them with `Net`, so a seed gives the same initial
+parameters under both) and computes the same function up to float round-off
+(tests/test_fastnet.py: losses, gradients and predictions against `Net` on every CLRS
+feature type).  The work it removes -- low-rank edge features folded into the next
+matrix, inputs encoded and outputs decoded once, pointer decoders and the message MLP
+with hand-written VJPs, remat with chosen saves, finished steps skipped -- is listed
+with its measurements in docs/performance.md.  Only the Triplet-GMPNN processor (the
+paper's) has a fast path; `NetConfig(impl='reference')` runs dm-clrs's modules as they are.
 """
 
 from __future__ import annotations

@@ -1,64 +1,17 @@
 """The paper's λ heuristic (App. "Lambda Heuristic"): two readings, the search arithmetic, calibration records.
 
-The paper picks G-ForgetNet's penalty weight λ per algorithm "such that the
-gate penalty makes up approximately half of the total training loss after
-6,000 training steps.  Intuitively, with such a schedule, the model will
-spend the first 6,000 steps simply learning to execute the algorithm, then
-during the remaining 4,000 steps [...] focus on learning single-step
-executions in accordance with the Markov property", and calls it "a simple
-penalty schedule".  The text allows two readings; both are here, named, and
-chosen with the gin binding ``LambdaHeuristic.reading``:
+The paper picks λ per algorithm "such that the gate penalty makes up approximately
+half of the total training loss after 6,000 training steps"; `LambdaHeuristic.reading`
+names the two readings: ``schedule`` (default: penalty off until the switch, then
+λ = L/G of λ = 0 training just before it) and ``constant`` (λ from step 0, searched on
+log λ so that the penalty is about half the loss at the switch).  docs/design.md says
+how each works and why ``schedule`` is the default.  This module owns the records,
+``<results>/_calibration/<reading>[-<scope>]/<algorithm>.json`` (every measurement and
+the settings it was made with; λ is the median over ``seeds``), and the search
+arithmetic; it trains nothing and imports no jax (nar_markov.calibrate trains).
 
-* ``schedule`` (the default): the penalty is OFF for the first 6,000 steps of
-  the 10,000-step schedule and ON, with a constant λ, from step 6,000 on.
-  λ = L / G, with L the task loss (output + hint) and G the gate term
-  Σᵢ‖gᵢ(t)‖, both averaged over the window just before the switch of λ = 0
-  training -- so at the switch the penalty λ·G is exactly half of the total
-  loss.  No search.  Calibrating costs nothing extra: the calibration run of
-  seed k IS the first 6,000 steps of G-ForgetNet's run of seed k (same seed,
-  data, schedule; λ = 0 until the switch), and that run starts from the
-  calibration's saved state (``LambdaHeuristic.reuse_calibration_prefix``).
-* ``constant``: λ is on from step 0, chosen so that in a run *trained with
-  that λ* the penalty is half (``band``, default 0.4-0.6) of the total loss
-  over the window ending at step 6,000.  Found by a search on log λ: start at
-  the λ = 0 run's L/G, bracket by factors of ``bracket_factor``, then secant
-  steps on (log λ, logit share) kept inside the bracket (bisection where a
-  secant step would leave it), at most ``max_trials`` trials, every trial
-  recorded.  The share need not grow with λ (a larger λ shuts the gate, and
-  the penalty with it): below the band the search climbs to the largest share.
-  If the band is never reached, the closest trial is used and the record says
-  so (status ``closest``), loudly.  The chosen trial of seed k is
-  the first 6,000 steps of G-ForgetNet's run of seed k with that λ, so that run
-  continues from the trial's saved state (as under ``schedule``, when the
-  seed's λ is the record's); the other trials' states are deleted.
-
-Why ``schedule`` is the default: it is the reading under which the text's
-own explanation holds -- the first 6,000 steps are "simply learning to
-execute the algorithm", i.e. without the penalty, and only "the remaining
-4,000 steps" push towards the Markov property -- and it is what a "penalty
-schedule" is.  Under ``constant`` the penalty acts from step 0 and there is
-no phase of plain learning.  Which reading reproduces the paper's numbers is
-for the evidence runs to show (README, results).
-
-Steps scale with the run's cosine horizon ``schedule_steps``: the switch
-(calibration step) is ``calibration_fraction`` (0.6) of it and the window
-``window_fraction`` (0.05, 500 of 10,000 steps), so a 1,500-step demo
-calibrates at step 900 over 75 steps, in its own results folder.
-
-λ per algorithm is the median over the calibration ``seeds``.  The record,
-``<results>/_calibration/<reading>/<algorithm>.json``, keeps every
-measurement (λ, L, G, share, gate norm, steps, run folder, and each search
-trial) and the settings it was made with; a G-ForgetNet run reads its λ from
-it when it starts (nar_markov.train) and refuses a record made with other
-settings.  The calibration runs themselves live under
-``<results>/_calibration/runs/``.  This module trains nothing and imports
-neither jax nor the rest of nar_markov beyond nar_markov.runs: nar_markov.experiment reads
-lambda through it, and nar_markov.calibrate (the procedure that trains the calibration runs)
-builds on both.
-
-CLI (nar_markov/calibrate.py):
-  python -m nar_markov.calibrate --gin gin/gforget.gin --algorithm bfs --results R
-  python -m nar_markov.calibrate --show --results R
+CLI: python -m nar_markov.calibrate --gin gin/gforget.gin --algorithm bfs --results R
+     python -m nar_markov.calibrate --show --results R
 """
 
 from __future__ import annotations
