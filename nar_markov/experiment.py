@@ -551,10 +551,7 @@ def run_experiment(*,
                    net: Optional[NetConfig] = None,
                    protocol: Optional[Protocol] = None,
                    penalty: Optional[GatePenalty] = None,
-                   cache_dir: Optional[str] = None,
-                   stop_after_steps: Optional[int] = None,
-                   save_final_state: bool = False,
-                   progress: bool = True) -> Any:
+                   save_final_state: bool = False) -> Any:
   """Train the net on `algorithm` with `seed`; write and return the result dict(s).
 
   The one training loop, as dm-clrs's run.py: a job trains a LIST of
@@ -584,10 +581,6 @@ def run_experiment(*,
       column in the tables (analysis/labels.py knows the paper's: baseline,
       forget, gforget, gforget_constant, gforget_nopenalty, and their
       *_multitask).  It selects nothing: the net and the penalty do.
-    cache_dir: where the val/test splits are cached (else clrs30.cache_dir,
-      $NAR_MARKOV_CACHE).
-    stop_after_steps: tests only -- stop (as if killed) after this many steps,
-      leaving the checkpoint behind and no result.
     save_final_state: keep the state at the last step as FINAL_STATE_NAME
       beside result.json (the lambda calibration's lambda = 0 runs: G-ForgetNet
       under the schedule reading continues from it).
@@ -641,8 +634,7 @@ def run_experiment(*,
       tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
       results_dir=results_dir, net=net, protocol=protocol,
       gin_str=run_gin(model, net, protocol, penalty),
-      cache_dir=cache_dir, stop_after_steps=stop_after_steps,
-      save_final_state=bool(save_final_state), progress=progress))
+      save_final_state=bool(save_final_state)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -660,10 +652,7 @@ class Resolved:
   net: NetConfig
   protocol: Protocol
   gin_str: str
-  cache_dir: Optional[str]
-  stop_after_steps: Optional[int]
   save_final_state: bool
-  progress: bool
 
   @property
   def multitask(self) -> bool:

@@ -41,8 +41,7 @@ ALG, MODEL, LAM = "insertion_sort", "gforget", 0.05
 TINY = dict(model=MODEL, lambda_gate=LAM, hidden_size=8, nb_triplet_fts=4, batch_size=4,
             impl="reference",
             train_lengths=(4, 5), train_steps=12, eval_every_steps=6, log_every_steps=3,
-            checkpoint_every_steps=4, val_max_samples=8, test_max_samples=8,
-            progress=False)
+            checkpoint_every_steps=4, val_max_samples=8, test_max_samples=8)
 SEEDS = [0, 1, 2]
 # Timing and environment fields differ between any two runs.
 UNCOMPARED = {"wall_time_s", "train_time_s", "eval_time_s", "steps_per_s", "versions"}

@@ -14,8 +14,7 @@ import flat
 
 TINY = dict(hidden_size=8, nb_triplet_fts=4, batch_size=4, train_lengths=(4,),
             train_steps=20, eval_every_steps=5, log_every_steps=1,
-            checkpoint_every_steps=10, val_max_samples=8, test_max_samples=4,
-            progress=False)
+            checkpoint_every_steps=10, val_max_samples=8, test_max_samples=4)
 
 
 @pytest.fixture(autouse=True)

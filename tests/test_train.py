@@ -15,7 +15,7 @@ import flat
 
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=25, log_every_steps=5, checkpoint_every_steps=5,
-            val_max_samples=16, test_max_samples=8, progress=False)
+            val_max_samples=16, test_max_samples=8)
 
 
 @pytest.fixture(autouse=True)
