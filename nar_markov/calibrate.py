@@ -37,7 +37,7 @@ def log(msg: str) -> None:
 
 
 def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaHeuristic] = None,
-                        *, net=None, protocol=None, **run_kwargs) -> Dict[str, Any]:
+                        *, net=None, protocol=None) -> Dict[str, Any]:
   """Calibrate λ for `algorithm` (gin parsed: the protocol); write and return its record.
 
   Resumable: finished calibration runs and search trials are read back, a
@@ -46,8 +46,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   one, is an error (never overwritten).  `net` and `protocol` (None: gin's)
   are G-ForgetNet's (the history is 'gated' whatever `net` says); the
   calibration runs take the protocol with train_steps = the calibration step
-  on the same cosine horizon.  `run_kwargs` go to every run_experiment call
-  (cache_dir, progress).
+  on the same cosine horizon.
   """
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
@@ -67,7 +66,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
     return existing
   step = h.calibration_step(schedule_steps)
   window = h.window_steps(schedule_steps)
-  common = dict(run_kwargs, algorithm=algorithm, model="calibrate", net=net,
+  common = dict(algorithm=algorithm, model="calibrate", net=net,
                 protocol=dataclasses.replace(protocol, train_steps=step,
                                              schedule_steps=schedule_steps))
   log(f"{algorithm}: {h.reading} reading, calibration step {step} of "

@@ -37,6 +37,7 @@ and open on a few large ones.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -108,85 +109,108 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
                      config, optimizer)
 
 
-def evaluate_run(run_dir, *, split: str = "test", nodes: Sequence[int] = (),
-                 max_samples: Optional[int] = None, batch_size: Optional[int] = None,
-                 sample_seed: int = DEFAULT_SAMPLE_SEED, cache_dir: Optional[str] = None,
-                 algorithm: Optional[str] = None, hints: bool = False,
-                 update_gate: bool = False, history_gate: bool = False,
-                 log=print) -> Dict[str, Any]:
-  """Scores of a saved run: on `split`, or on fresh graphs of each of `nodes`
-  (hints: also each hint's per-step accuracy, `hint_accuracy`; update_gate: the
-  processor's update gate, `update_gate_stats`; history_gate: G-ForgetNet's gate,
-  `history_gate_stats`)."""
-  from nar_markov import data
-  from nar_markov import learner
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """What `evaluate_run` scores: the official `split` (its first `max_samples`, or all of
+  it), or with `nodes` freshly sampled graphs of each size (`max_samples` of them, else the
+  test split's count, drawn with `sample_seed`); in batches of `batch_size` (None: bounded
+  by memory)."""
+  split: str = "test"
+  nodes: Sequence[int] = ()
+  max_samples: Optional[int] = None
+  batch_size: Optional[int] = None
+  sample_seed: int = DEFAULT_SAMPLE_SEED
 
+
+# What evaluate_run measures beside the score, if asked: each hint's per-step accuracy
+# (`hint_accuracy`), the processor's update gate (`update_gate_stats`), G-ForgetNet's
+# history gate (`history_gate_stats`).
+MEASURES = ("hints", "update_gate", "history_gate")
+
+
+def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (), *,
+                 algorithm: Optional[str] = None, cache_dir: Optional[str] = None,
+                 log=print) -> Dict[str, Any]:
+  """Scores of a saved run on `target`, with the `measures` asked for (MEASURES);
+  `algorithm`: a multi-task model's algorithm to score (else the run's)."""
+  unknown = sorted(set(measures) - set(MEASURES))
+  if unknown:
+    raise ValueError(f"unknown measures {unknown}; known: {MEASURES}")
   run = load_run(run_dir, algorithm)
-  if history_gate and run["net_config"].get("history", "gated") != "gated":
+  if "history_gate" in measures and run["net_config"].get("history", "gated") != "gated":
     # Checked before any data is built: the gate is measured per split or size.
     raise RunMismatch(f"--history-gate is for G-ForgetNet (the gated history); {run_dir} "
                       f"is a {run['net_config']['history']!r} model")
-  algorithm = run["algorithm"]
-  index = run["algorithms"].index(algorithm)
   model = build_model(run["algorithms"], run["net_config"], run["meta"].get("nb_dims"),
                       cache_dir)
-  params = run["params"]
-  spec = model.specs[index]
-  targets: List[Dict[str, Any]] = []
-  if nodes:
-    num_samples = max_samples or data.split_settings(algorithm, "test")["num_samples"]
-    for n in nodes:
-      targets.append({"source": "sampled", "nb_nodes": int(n), "seed": int(sample_seed),
-                      "feedback": sample_graphs(algorithm, n, num_samples, sample_seed)})
-  else:
-    feedback = data.load_split(algorithm, split, cache_dir=cache_dir)
-    targets.append({"source": split, "nb_nodes": data.nb_nodes_of(feedback),
-                    "seed": data.split_settings(algorithm, split)["seed"],
-                    "feedback": feedback})
-  scores = []
-  for t in targets:
-    feedback = t.pop("feedback")
-    bs = batch_size or learner.default_test_batch_size(
-        spec, t["nb_nodes"], model.config.hidden_size, fast=model.config.fast)
-    res = learner.evaluate_split(model, params, feedback, index, bs, with_hints=False,
-                               max_samples=max_samples)
-    n = min(data.nb_samples_of(feedback), max_samples or data.nb_samples_of(feedback))
-    entry = dict(t, num_samples=int(n), score=res["score"], scores=res["scores"])
-    scores.append(entry)
-    log(f"{algorithm} {t['source']} nodes={t['nb_nodes']} samples={n} "
-        f"score={res['score']:.4f}")
-    if t["source"] == "test":
-      said = as_the_run_was_tested(run["result"], entry, data.nb_samples_of(feedback))
-      if said:
-        entry["as_tested"], line = said
-        log(line)
-    if hints:
-      entry["hints"] = hint_accuracy(model, params, feedback, index, bs, max_samples)
-      for name, h in entry["hints"].items():
-        log("  " + hint_summary(name, h))
-    if update_gate:
-      g = entry["update_gate"] = update_gate_stats(model, params, feedback, index, bs,
-                                                   max_samples)
-      log(f"  update gate u: mean {g['mean']:.3f}, u < 0.1: {g['share_below_0.1']:.3f}, "
-          f"u > 0.9: {g['share_above_0.9']:.3f}")
-    if history_gate:
-      g = entry["history_gate"] = history_gate_stats(model, params, feedback, index, bs,
-                                                     max_samples)
-      log(f"  history gate: |g| {g['gate_norm']:.3f}, |h(t-1)| {g['history_norm']:.3f}, "
-          f"|g*h(t-1)| {g['gated_norm']:.3f} (per sqrt(d)); g < 0.1: "
-          f"{g['share_below_0.1']:.3f}, g > 0.9: {g['share_above_0.9']:.3f}; share of "
-          "|g*h|^2 in the top " + ", ".join(f"{n}: {v:.3f}" for n, v in g["top_share"].items())
-          + " channels")
+  scores = [_score(model, run, entry, feedback, target, measures, log)
+            for entry, feedback in _targets(run["algorithm"], target, cache_dir)]
   result = run["result"]
   return {
       "run_dir": str(run_dir),
-      "algorithm": algorithm,
+      "algorithm": run["algorithm"],
       "algorithms": run["algorithms"],
       "model": run["meta"].get("model", result.get("model")),
       "seed": run["meta"].get("seed", result.get("seed")),
       "result_test_score": result.get("test_score"),
       "scores": scores,
   }
+
+
+def _targets(algorithm: str, target: Target, cache_dir):
+  """(what is scored, its feedback) for each split or size of `target`."""
+  from nar_markov import data
+
+  if target.nodes:
+    num_samples = target.max_samples or data.split_settings(algorithm, "test")["num_samples"]
+    for n in target.nodes:
+      yield ({"source": "sampled", "nb_nodes": int(n), "seed": int(target.sample_seed)},
+             sample_graphs(algorithm, n, num_samples, target.sample_seed))
+    return
+  feedback = data.load_split(algorithm, target.split, cache_dir=cache_dir)
+  yield ({"source": target.split, "nb_nodes": data.nb_nodes_of(feedback),
+          "seed": data.split_settings(algorithm, target.split)["seed"]}, feedback)
+
+
+def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, target: Target,
+           measures: Sequence[str], log) -> Dict[str, Any]:
+  """`entry` (what is scored) with the score of `run`'s parameters on `feedback`, and
+  the `measures`; one line each to `log`."""
+  from nar_markov import data
+  from nar_markov import learner
+
+  algorithm, params, cap = run["algorithm"], run["params"], target.max_samples
+  index = run["algorithms"].index(algorithm)
+  bs = target.batch_size or learner.default_test_batch_size(
+      model.specs[index], entry["nb_nodes"], model.config.hidden_size, fast=model.config.fast)
+  res = learner.evaluate_split(model, params, feedback, index, bs, with_hints=False,
+                               max_samples=cap)
+  size = data.nb_samples_of(feedback)
+  n = min(size, cap or size)
+  entry = dict(entry, num_samples=int(n), score=res["score"], scores=res["scores"])
+  log(f"{algorithm} {entry['source']} nodes={entry['nb_nodes']} samples={n} "
+      f"score={res['score']:.4f}")
+  if entry["source"] == "test":
+    said = as_the_run_was_tested(run["result"], entry, size)
+    if said:
+      entry["as_tested"], line = said
+      log(line)
+  if "hints" in measures:
+    entry["hints"] = hint_accuracy(model, params, feedback, index, bs, cap)
+    for name, h in entry["hints"].items():
+      log("  " + hint_summary(name, h))
+  if "update_gate" in measures:
+    g = entry["update_gate"] = update_gate_stats(model, params, feedback, index, bs, cap)
+    log(f"  update gate u: mean {g['mean']:.3f}, u < 0.1: {g['share_below_0.1']:.3f}, "
+        f"u > 0.9: {g['share_above_0.9']:.3f}")
+  if "history_gate" in measures:
+    g = entry["history_gate"] = history_gate_stats(model, params, feedback, index, bs, cap)
+    log(f"  history gate: |g| {g['gate_norm']:.3f}, |h(t-1)| {g['history_norm']:.3f}, "
+        f"|g*h(t-1)| {g['gated_norm']:.3f} (per sqrt(d)); g < 0.1: "
+        f"{g['share_below_0.1']:.3f}, g > 0.9: {g['share_above_0.9']:.3f}; share of "
+        "|g*h|^2 in the top " + ", ".join(f"{n}: {v:.3f}" for n, v in g["top_share"].items())
+        + " channels")
+  return entry
 
 
 def as_the_run_was_tested(result: Mapping[str, Any], entry: Mapping[str, Any],
@@ -268,7 +292,6 @@ def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: 
   test time, inside haiku's method `interceptor` (which records through jax callbacks).
   `trace`, if given, is an interceptor for a first, abstract pass (jax.eval_shape: no
   computation) before `interceptor` is traced, e.g. to learn the order of the calls."""
-  import dataclasses
   import haiku as hk
   import jax
   from nar_markov import data
@@ -452,11 +475,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   from nar_markov import util
   learner.setup_compilation_cache()
   try:
-    out = evaluate_run(args.run_dir, split=args.split, nodes=args.nodes or (),
-                       max_samples=args.max_samples, batch_size=args.batch_size,
-                       sample_seed=args.sample_seed, cache_dir=args.cache_dir,
-                       algorithm=args.algorithm, hints=args.hints,
-                       update_gate=args.update_gate, history_gate=args.history_gate)
+    target = Target(split=args.split, nodes=args.nodes or (), max_samples=args.max_samples,
+                    batch_size=args.batch_size, sample_seed=args.sample_seed)
+    out = evaluate_run(args.run_dir, target, [m for m in MEASURES if getattr(args, m)],
+                       algorithm=args.algorithm, cache_dir=args.cache_dir)
   except (RunMismatch, params_io.UnreadableParams) as e:
     parser.exit(2, f"evaluate: error: {e}\n")
   if args.json:

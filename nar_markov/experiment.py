@@ -67,7 +67,8 @@ class Protocol:
       (dm-clrs `filter_null_grads`); the cosine schedule then spans
       train_steps x len(algorithms) updates.  'summed': one update per step on
       the sum of the algorithms' losses (the named departure, for comparison).
-    eval_every_steps, log_every_steps, checkpoint_every_steps: how often.
+    eval_every_steps, log_every_steps, checkpoint_every_steps: how often (the
+      checkpoints on log steps: a multiple of log_every_steps).
       A run also validates at its last step when that ends its schedule
       (train_steps == the horizon), not when it stops short of it (a lambda
       calibration run, which a G-ForgetNet run continues).
@@ -108,6 +109,12 @@ class Protocol:
                    checkpoint_every_steps=self.checkpoint_every_steps,
                    val_batch_size=self.val_batch_size,
                    learning_rate=self.learning_rate)
+    if int(self.checkpoint_every_steps) % int(self.log_every_steps):
+      # A checkpoint flushes the losses logged so far: at a step that is no log step it
+      # would cut the train curve's windows (and an adaptive lambda measured on them)
+      # where a run checkpointed at another cadence does not.
+      raise ValueError(f"checkpoint_every_steps ({self.checkpoint_every_steps}) must be a "
+                       f"multiple of log_every_steps ({self.log_every_steps})")
     if self.validation_mode not in VALIDATION_MODES:
       raise ValueError(f"unknown validation_mode {self.validation_mode!r}; "
                        f"valid: {VALIDATION_MODES}")
@@ -296,10 +303,10 @@ def _check_lambda(value) -> float:
 # What defines a run, beside its algorithm, seed and lambda (result.json "settings";
 # what a result or checkpoint must agree on to count as the same run): every field of
 # the settings objects below, except those that cannot change a recorded number --
-# the checkpoint cadence (a resumed run is the same run, to the byte), the diagnostic
-# test curve (never selects), the multi-task update rule (recorded for multi-task
-# runs only), and the history policy and GatePenalty's lambda and start step (the
-# definition's own keys, run_definition).
+# the checkpoint cadence (on log steps: a resumed run is the same run, to the byte),
+# the diagnostic test curve (never selects), the multi-task update rule (recorded for
+# multi-task runs only), and the history policy and GatePenalty's lambda and start
+# step (the definition's own keys, run_definition).
 _SETTINGS_OF = {"Protocol": Protocol, "NetConfig": NetConfig, "GatePenalty": GatePenalty}
 _NOT_DEFINING = {"checkpoint_every_steps", "test_every_steps", "multitask_update",
                  "lambda_gate", "start_step", "history"}
@@ -551,10 +558,7 @@ def run_experiment(*,
                    net: Optional[NetConfig] = None,
                    protocol: Optional[Protocol] = None,
                    penalty: Optional[GatePenalty] = None,
-                   cache_dir: Optional[str] = None,
-                   stop_after_steps: Optional[int] = None,
-                   save_final_state: bool = False,
-                   progress: bool = True) -> Any:
+                   save_final_state: bool = False) -> Any:
   """Train the net on `algorithm` with `seed`; write and return the result dict(s).
 
   The one training loop, as dm-clrs's run.py: a job trains a LIST of
@@ -584,10 +588,6 @@ def run_experiment(*,
       column in the tables (analysis/labels.py knows the paper's: baseline,
       forget, gforget, gforget_constant, gforget_nopenalty, and their
       *_multitask).  It selects nothing: the net and the penalty do.
-    cache_dir: where the val/test splits are cached (else clrs30.cache_dir,
-      $NAR_MARKOV_CACHE).
-    stop_after_steps: tests only -- stop (as if killed) after this many steps,
-      leaving the checkpoint behind and no result.
     save_final_state: keep the state at the last step as FINAL_STATE_NAME
       beside result.json (the lambda calibration's lambda = 0 runs: G-ForgetNet
       under the schedule reading continues from it).
@@ -641,8 +641,7 @@ def run_experiment(*,
       tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
       results_dir=results_dir, net=net, protocol=protocol,
       gin_str=run_gin(model, net, protocol, penalty),
-      cache_dir=cache_dir, stop_after_steps=stop_after_steps,
-      save_final_state=bool(save_final_state), progress=progress))
+      save_final_state=bool(save_final_state)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -660,10 +659,7 @@ class Resolved:
   net: NetConfig
   protocol: Protocol
   gin_str: str
-  cache_dir: Optional[str]
-  stop_after_steps: Optional[int]
   save_final_state: bool
-  progress: bool
 
   @property
   def multitask(self) -> bool:

@@ -45,10 +45,11 @@ def data_cache_dir(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _jax_compilation_cache(data_cache_dir):
-  """Identical computations across tests compile once (persistent XLA cache)."""
+  """Identical computations across tests compile once (persistent XLA cache), in this
+  process and in the sweeps and jobs the tests start (they inherit the variable)."""
   from nar_markov import learner
-  learner.setup_compilation_cache(os.environ.get("NAR_MARKOV_JAX_CACHE")
-                                or str(data_cache_dir / "jax"))
+  os.environ.setdefault("NAR_MARKOV_JAX_CACHE", str(data_cache_dir / "jax"))
+  learner.setup_compilation_cache(os.environ["NAR_MARKOV_JAX_CACHE"])
 
 
 def _write_exe(path: pathlib.Path, text: str) -> None:

@@ -1,6 +1,7 @@
 """Tests' shorthand: a run's settings as flat keywords (hidden_size=16, train_steps=20,
 lambda_gate=0.1, ...), turned into run_experiment's label and components."""
 
+import contextlib
 import dataclasses
 from typing import Any, Dict, List
 
@@ -28,9 +29,26 @@ def components(**flat) -> Dict[str, Any]:
   return dict(flat, net=NetConfig(**net), protocol=experiment.Protocol(**protocol))
 
 
-def run(**flat):
-  """experiment.run_experiment with flat keywords."""
-  return experiment.run_experiment(**components(**flat))
+def run(stop_after_steps=None, **flat):
+  """experiment.run_experiment with flat keywords; `stop_after_steps`: the loop stops
+  (as if killed) after that many steps, leaving its checkpoint and no result."""
+  if stop_after_steps is None:
+    return experiment.run_experiment(**components(**flat))
+  with stopped_after(stop_after_steps):
+    return experiment.run_experiment(**components(**flat))
+
+
+@contextlib.contextmanager
+def stopped_after(steps: int):
+  """Training loops started inside stop after `steps` steps (or at their end)."""
+  from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax)
+  # pylint: disable=protected-access
+  end = train._Job.stop_at
+  train._Job.stop_at = lambda job, step: min(end(job, step), step + int(steps))
+  try:
+    yield
+  finally:
+    train._Job.stop_at = end
 
 
 def gin_key(name: str) -> str:

@@ -19,7 +19,7 @@ import flat
 
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=10, log_every_steps=2, checkpoint_every_steps=10,
-            val_max_samples=16, test_max_samples=8, progress=False)
+            val_max_samples=16, test_max_samples=8)
 STEPS = 20  # calibration step 12, window 1 (0.6 and 0.05 of 20)
 
 
@@ -296,7 +296,7 @@ def _calibrated(tmp_path, reading="schedule", bindings=()):
   kwargs = dict(TINY, train_steps=STEPS, model="gforget")
   c = flat.components(**kwargs)
   record = calibrate.calibrate_algorithm("insertion_sort", tmp_path, net=c["net"],
-                                         protocol=c["protocol"], progress=False)
+                                         protocol=c["protocol"])
   return record, kwargs
 
 

@@ -16,9 +16,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"),
                *(REPO / "results").glob("*/README.md"), *(REPO / "gin").glob("*.gin")])
 # The configurables a binding can name (nar_markov.cluster's and experiment's, netconfig's,
-# lambda_heuristic's: what gin/base.gin imports).
+# lambda_heuristic's and clrs30's: what gin/base.gin imports).
 CONFIGURABLES = ("Protocol", "NetConfig", "GatePenalty", "LambdaHeuristic", "run_experiment",
-                 "slurm_resources", "sweep_axes")
+                 "slurm_resources", "sweep_axes", "cache_dir")
 _BINDING = re.compile(r"\b(" + "|".join(CONFIGURABLES) + r")\.([a-z_][a-z0-9_]*)\b")
 # A command and the flags that follow it on the same line (or continued lines).
 _COMMAND = re.compile(r"python3? (-m [a-z_.]+|[a-z_/]+\.py)((?:[^\n`|;&]|\\\n)*)")

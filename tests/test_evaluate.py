@@ -123,8 +123,9 @@ def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
   expected = learner.evaluate_split(net, params, test, 0, SAMPLES, with_hints=False,
                                   max_samples=SAMPLES)
   lines = []
-  out = evaluate.evaluate_run(run_dir, split="test", max_samples=SAMPLES, batch_size=SAMPLES,
-                              log=lines.append)
+  out = evaluate.evaluate_run(
+      run_dir, evaluate.Target(split="test", max_samples=SAMPLES, batch_size=SAMPLES),
+      log=lines.append)
   [entry] = out["scores"]
   assert (entry["source"], entry["nb_nodes"], entry["num_samples"]) == ("test", 64, SAMPLES)
   assert entry["score"] == expected["score"] and entry["scores"] == expected["scores"]
@@ -173,11 +174,11 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
       algorithm=ALGORITHM, seed=0, model="gforget", results_dir=str(tmp_path),
       train_steps=20, hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
       eval_every_steps=10, log_every_steps=5, checkpoint_every_steps=100,
-      val_max_samples=16, test_max_samples=8, lambda_gate=0.01, progress=False)
+      val_max_samples=16, test_max_samples=8, lambda_gate=0.01)
   run_dir = tmp_path / "gforget" / ALGORITHM / "seed0"
   _, _, meta = params_io.load_params(run_dir / "params.npz")
   assert meta["algorithm"] == ALGORITHM and meta["seed"] == 0
-  out = evaluate.evaluate_run(run_dir, split="test", max_samples=8)
+  out = evaluate.evaluate_run(run_dir, evaluate.Target(split="test", max_samples=8))
   assert out["scores"][0]["score"] == result["test_score"]
 
 
@@ -203,12 +204,12 @@ def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_d
   test = data.load_split("minimum", "test", cache_dir=str(data_cache_dir))
   expected = learner.evaluate_split(net, params, test, 1, SAMPLES, with_hints=False,
                                   max_samples=SAMPLES)
-  out = evaluate.evaluate_run(run_dir, algorithm="minimum", max_samples=SAMPLES,
-                              batch_size=SAMPLES, log=lambda *_: None)
+  out = evaluate.evaluate_run(run_dir, evaluate.Target(max_samples=SAMPLES, batch_size=SAMPLES),
+                              algorithm="minimum", log=lambda *_: None)
   assert out["algorithms"] == algorithms and out["algorithm"] == "minimum"
   assert out["scores"][0]["score"] == expected["score"]
   with pytest.raises(ValueError, match="not 'dfs'"):
-    evaluate.evaluate_run(run_dir, algorithm="dfs", max_samples=SAMPLES)
+    evaluate.evaluate_run(run_dir, evaluate.Target(max_samples=SAMPLES), algorithm="dfs")
 
 
 def test_hint_accuracy_per_step_is_the_pointer_argmax_match(saved_run, data_cache_dir):

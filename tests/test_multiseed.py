@@ -41,8 +41,7 @@ ALG, MODEL, LAM = "insertion_sort", "gforget", 0.05
 TINY = dict(model=MODEL, lambda_gate=LAM, hidden_size=8, nb_triplet_fts=4, batch_size=4,
             impl="reference",
             train_lengths=(4, 5), train_steps=12, eval_every_steps=6, log_every_steps=3,
-            checkpoint_every_steps=4, val_max_samples=8, test_max_samples=8,
-            progress=False)
+            checkpoint_every_steps=3, val_max_samples=8, test_max_samples=8)
 SEEDS = [0, 1, 2]
 # Timing and environment fields differ between any two runs.
 UNCOMPARED = {"wall_time_s", "train_time_s", "eval_time_s", "steps_per_s", "versions"}
@@ -143,7 +142,7 @@ def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
 
 
 def test_k_seed_resume_and_skip(tmp_path, separate):
-  """Killed after 6 steps (checkpoints at 4 and 6), resumed in K mode: the
+  """Killed after 6 steps (checkpoints at 3 and 6), resumed in K mode: the
   same results; a seed already done is skipped, not retrained.  (6: a log
   and eval step, so the curves have the windows of an uninterrupted run.)"""
   first = flat.run(algorithm=ALG, seed=[1, 2], results_dir=str(tmp_path),
@@ -166,9 +165,9 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
 
 
 def test_checkpoints_at_different_steps_train_group_by_group(tmp_path, separate):
-  # Seed 2 ran alone for 4 steps; seeds 0 and 1 have not started.
+  # Seed 2 ran alone for 3 steps; seeds 0 and 1 have not started.
   flat.run(algorithm=ALG, seed=2, results_dir=str(tmp_path),
-                       stop_after_steps=4, **TINY)
+                       stop_after_steps=3, **TINY)
   results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
                                  **TINY)
   for s, got in zip(SEEDS, results):

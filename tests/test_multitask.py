@@ -35,13 +35,13 @@ TINY = dict(algorithm=ALGORITHMS, seed=1, model="gforget_multitask",
             train_steps=STEPS, lambda_gate=LAMBDAS, train_lengths=LENGTHS,
             hidden_size=16, nb_triplet_fts=4, batch_size=8, learning_rate=3e-3,
             eval_every_steps=12, log_every_steps=2, checkpoint_every_steps=6,
-            val_max_samples=8, test_max_samples=8, progress=False,
+            val_max_samples=8, test_max_samples=8,
             # The same val samples at every evaluation, so that the hint loss
             # curve below compares like with like.
             validation_mode="fixed")
 ONE = dict(hidden_size=8, nb_triplet_fts=4, batch_size=4, train_lengths=[4, 7],
            train_steps=6, eval_every_steps=3, log_every_steps=1, checkpoint_every_steps=3,
-           val_max_samples=4, test_max_samples=4, progress=False)
+           val_max_samples=4, test_max_samples=4)
 
 
 @pytest.fixture(autouse=True)
@@ -281,8 +281,7 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
       algorithm=["minimum", "bfs"], seed=0, model="baseline_multitask",
       results_dir=str(tmp_path), train_steps=4, hidden_size=8, nb_triplet_fts=4,
       batch_size=4, train_lengths=[4], eval_every_steps=2, log_every_steps=1,
-      checkpoint_every_steps=1, val_max_samples=4, test_max_samples=4,
-      progress=False)
+      checkpoint_every_steps=1, val_max_samples=4, test_max_samples=4)
   for alg in ("minimum", "bfs"):
     on_disk = json.loads((train.run_dir(tmp_path, "baseline_multitask", alg, 0)
                           / train.RESULT_NAME).read_text())
@@ -336,7 +335,7 @@ def test_a_kill_during_testing_keeps_the_algorithms_tested(tmp_path, monkeypatch
           ("hidden_size", 8), ("nb_triplet_fts", 4), ("batch_size", 4),
           ("train_lengths", [4]), ("train_steps", 2), ("eval_every_steps", 2),
           ("log_every_steps", 1), ("checkpoint_every_steps", 1),
-          ("val_max_samples", 4), ("test_max_samples", 4), ("progress", False)]]
+          ("val_max_samples", 4), ("test_max_samples", 4)]]
   real = learner.evaluate_split
   tested = []
 

@@ -14,8 +14,7 @@ import flat
 
 TINY = dict(hidden_size=8, nb_triplet_fts=4, batch_size=4, train_lengths=(4,),
             train_steps=20, eval_every_steps=5, log_every_steps=1,
-            checkpoint_every_steps=10, val_max_samples=8, test_max_samples=4,
-            progress=False)
+            checkpoint_every_steps=10, val_max_samples=8, test_max_samples=4)
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +83,14 @@ def test_selection_rules_reported_side_by_side(tmp_path):
       assert sel[rule]["test_score"] == result["test_score"]
 
 
-def _changed(value):
+# Other values that the Protocol's checks take (multiples of the eval and log cadences).
+_OTHER = {"test_every_steps": 100, "checkpoint_every_steps": 1000, "log_every_steps": 20}
+
+
+def _changed(value, field=None):
   """Another valid value of a setting with default `value`."""
+  if field in _OTHER:
+    return _OTHER[field]
   if isinstance(value, bool):
     return not value
   if value is None:
@@ -95,26 +100,46 @@ def _changed(value):
   if isinstance(value, (tuple, list)):
     return [int(v) + 1 for v in value]
   return {"resample": "fixed", "processor_decoder": "processor", "auto": "fast",
-          "xavier_on_scalars": "default", "triplet_gmpnn": "mpnn", "full": "none",
+          "xavier_on_scalars": "default", "triplet_gmpnn": "mpnn", "gated": "none",
           "per_algorithm": "summed"}[value]
 
 
+# The fields that change no number of a run: how often it checkpoints (a multiple of the
+# log cadence: test_train.py), the diagnostic test curve (test_train.py), and for a
+# single-task run the multi-task update rule.
+CHANGE_NO_NUMBER = {"checkpoint_every_steps", "test_every_steps", "multitask_update"}
+_COMPONENTS = {"Protocol": experiment.Protocol, "NetConfig": NetConfig,
+               "GatePenalty": experiment.GatePenalty}
+
+
+def _definition(model, algorithms, protocol, net, penalty):
+  task = experiment._make_tasks(model, algorithms, penalty, None, protocol, net)[0]  # pylint: disable=protected-access
+  return task.definition
+
+
 @pytest.mark.parametrize("owner,field", [
-    (owner, f) for owner, fields in experiment.defining_fields().items() for f in fields])
-def test_every_defining_field_changes_the_settings(owner, field):
-  """Done-ness compares the settings; each field that can change a recorded number is
-  in them (fields derived from the settings objects, not a hand-kept list)."""
-  cls = {"Protocol": experiment.Protocol, "NetConfig": NetConfig,
-         "GatePenalty": experiment.GatePenalty}[owner]
-  objs = {"Protocol": experiment.Protocol(), "NetConfig": NetConfig(),
+    (owner, f.name) for owner, cls in _COMPONENTS.items() for f in dataclasses.fields(cls)])
+def test_a_change_of_every_field_is_seen_by_done_ness(owner, field):
+  """Done-ness compares a run's definition (runs.definition_mismatch): a change of each
+  field of the three components is seen in it, single- and multi-task -- found from the
+  components themselves, so a field added to one is covered -- except the fields that
+  change no number."""
+  base = {"Protocol": experiment.Protocol(), "NetConfig": NetConfig(history="gated"),
           "GatePenalty": experiment.GatePenalty(0.1)}
-  default = next(f.default for f in dataclasses.fields(cls) if f.name == field)
-  changed = dict(objs, **{owner: dataclasses.replace(objs[owner], **{field: _changed(default)})})
-  a = experiment.run_settings("bfs", objs["Protocol"], objs["NetConfig"],
-                              penalty=objs["GatePenalty"])
-  b = experiment.run_settings("bfs", changed["Protocol"], changed["NetConfig"],
-                              penalty=changed["GatePenalty"])
-  assert runs.definition_mismatch({"settings": a}, {"settings": b})
+  default = getattr(base[owner], field)
+  changed = dict(base, **{owner: dataclasses.replace(base[owner],
+                                                   **{field: _changed(default, field)})})
+  for model, algorithms in (("mynet", ["bfs"]), ("mynet_multitask", ["bfs", "dfs"])):
+    if model.endswith("_multitask") and field == "start_step":
+      continue  # multi-task penalties are on from step 0 (experiment._make_tasks)
+    a, b = (_definition(model, algorithms, c["Protocol"], c["NetConfig"], c["GatePenalty"])
+            for c in (base, changed))
+    seen = runs.definition_mismatch(a, b)
+    if field in CHANGE_NO_NUMBER and not (field == "multitask_update" and
+                                          model.endswith("_multitask")):
+      assert not seen, (model, seen)
+    else:
+      assert seen, (model, field)
 
 
 def test_settings_of_a_default_run_are_what_results_always_recorded():

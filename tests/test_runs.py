@@ -43,7 +43,7 @@ SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
          "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]"]
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=5, log_every_steps=5, checkpoint_every_steps=5,
-            val_max_samples=8, test_max_samples=8, progress=False)
+            val_max_samples=8, test_max_samples=8)
 
 
 @pytest.fixture
@@ -403,7 +403,7 @@ def test_dry_run_and_status_see_a_checkpoint_with_other_settings(tmp_path, cache
   """The job refuses such a checkpoint (and keeps it): --dry-run said `submit` and
   --status `missing`, and the sweep submitted a job bound to fail."""
   results = tmp_path / "results"
-  smoke = dict(SMOKE_SETTINGS, checkpoint_every_steps=5, progress=False)
+  smoke = dict(SMOKE_SETTINGS, checkpoint_every_steps=5)
   smoke.pop("schedule_steps")
   assert flat.run(algorithm="bfs", seed=0, model="baseline", results_dir=str(results),
                   stop_after_steps=5, **dict(smoke, train_steps=30))["status"] == "interrupted"

@@ -15,7 +15,7 @@ import flat
 
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=25, log_every_steps=5, checkpoint_every_steps=5,
-            val_max_samples=16, test_max_samples=8, progress=False)
+            val_max_samples=16, test_max_samples=8)
 
 
 @pytest.fixture(autouse=True)
@@ -82,16 +82,18 @@ def test_resume_is_exact(tmp_path):
   assert ra["test_score"] == rb["test_score"]
 
 
-def test_test_curve_is_a_diagnostic_that_changes_no_number(tmp_path):
+def test_test_curve_and_checkpoint_cadence_change_no_number(tmp_path):
   """Protocol.test_every_steps records the test score of the parameters at those
-  evaluations (curves["test"]) and nothing else moves: the run with it is the run
-  without it, field for field.  At the best-validation step the curve's score is the
-  run's test_score (the same parameters), which a wrong step or stale parameters
+  evaluations (curves["test"]) and nothing else moves; nor does another checkpoint
+  cadence: the run with both is the run without, field for field (neither is a
+  setting that done-ness compares).  At the best-validation step the curve's score is
+  the run's test_score (the same parameters), which a wrong step or stale parameters
   would break."""
   common = dict(algorithm="bfs", seed=1, model="forget", train_steps=50,
                 learning_rate=3e-3, **dict(TINY, eval_every_steps=5))
   plain = flat.run(results_dir=str(tmp_path / "plain"), **common)
-  traced = flat.run(results_dir=str(tmp_path / "traced"), test_every_steps=5, **common)
+  traced = flat.run(results_dir=str(tmp_path / "traced"), test_every_steps=5,
+                    **dict(common, checkpoint_every_steps=15))
   curve = traced["curves"].pop("test")
   assert curve["step"] == list(range(0, 55, 5))
   assert "test" not in plain["curves"]
@@ -100,6 +102,15 @@ def test_test_curve_is_a_diagnostic_that_changes_no_number(tmp_path):
   at_best = curve["score"][curve["step"].index(traced["val_best_step"])]
   assert at_best == traced["test_score"]
   assert len(set(curve["score"])) > 1, curve  # it follows the training
+
+
+def test_the_checkpoint_cadence_must_be_a_multiple_of_the_log_cadence():
+  """A checkpoint flushes the losses logged so far: at a step that is no log step it
+  would cut the train curve's windows (and an adaptive lambda measured on them) where
+  a run checkpointed at another cadence does not."""
+  with pytest.raises(ValueError, match="multiple of log_every_steps"):
+    experiment.Protocol(log_every_steps=5, checkpoint_every_steps=3)
+  assert experiment.Protocol(log_every_steps=5, checkpoint_every_steps=15)
 
 
 def test_test_every_steps_must_be_a_multiple_of_eval_every_steps():
