@@ -542,7 +542,7 @@ def _edge_pointer_bytes(spec, nb_nodes: int, hidden: int) -> int:
 
 def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
                  time_steps: Optional[int] = None,
-                 clrs_max_gib: float = 4.0) -> Dict[str, Any]:
+                 clrs_max_gib: float = 1.0) -> Dict[str, Any]:
   """One validation batch and one test batch of each, scaled to a run.
 
   Validation (both): every PROTOCOL_EVAL_EVERY_STEPS steps, run.py's pool at
@@ -806,7 +806,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
               ood: bool = True, ood_samples: Optional[int] = None, seed: int = 0,
               ood_algorithms: Optional[Sequence[str]] = None,
               evaluation: bool = False, eval_reps: int = 2,
-              eval_time_steps: Optional[int] = None, clrs_eval_max_gib: float = 4.0,
+              eval_time_steps: Optional[int] = None, clrs_eval_max_gib: float = 1.0,
               out: Optional[str] = None,
               argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
   """The measurements for each algorithm; the report dict (also `out`).
@@ -939,7 +939,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--eval-time-steps", type=int, default=None,
                  help="smoke runs: time evaluation batches cut to their first "
                       "steps and scale (default: whole batches)")
-  p.add_argument("--clrs-eval-max-gib", type=float, default=4.0,
+  p.add_argument("--clrs-eval-max-gib", type=float, default=1.0,
                  help="largest dm-clrs edge-pointer decoder tensor in a test "
                       "batch; above it the batch is timed smaller and scaled")
   p.add_argument("--seed", type=int, default=0)
