@@ -1,9 +1,9 @@
 """Our baseline model vs dm-clrs's own `BaselineModel`, at identical settings.
 
-    python benchmarks/bench.py [--algorithms bfs,insertion_sort,dfs,floyd_warshall,naive_string_matcher]
+    python benchmarks/bench.py [--algorithms bfs,insertion_sort,dfs,floyd_warshall,naive_string_matcher | all]
         [--steps 30] [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16]
         [--compile-steps 200] [--compile-hidden H] [--ood/--no-ood] [--ood-samples K]
-        [--seed 0] [--out bench.json]
+        [--eval] [--eval-time-steps K] [--seed 0] [--out bench.json]
 
 For each algorithm, three measurements of the paper's baseline (our
 `learner.Learner` with `NetConfig(history='full')` -- the default impl, i.e. the
@@ -46,9 +46,16 @@ LSTM, no dropout, one message-passing step, lr 1.5e-3, clipping at 1.0):
    clrs: run.py's `collect_and_eval` over batches of 32. Both untrained, with
    the same (dm-clrs's) initial parameters, so the scores must agree.
 
+4. With `--eval`, validation and the final test pass of a 10,000-step run
+   of each (run.py's cadence and batches against train.py's), from one timed
+   batch of each kind (`measure_eval`), and their share of the run beside
+   training at the steady state's mean step time (`run_shares`).
+
 Ratios other than steps/s are ours / clrs of the quantity (< 1: ours uses
 less). Writes JSON (schema `nar_markov.bench/1`) after every algorithm and
-prints a markdown table to stdout; progress goes to stderr.
+prints a markdown table to stdout; progress goes to stderr.  A report already
+at `--out` with the same settings is resumed: its algorithms are skipped, so
+`--algorithms all` can be stopped and started again.
 
 Known differences kept on purpose: ours decays the learning rate (cosine over
 the protocol's 10,000 steps) where run.py's is constant; the cost is the same.
@@ -69,7 +76,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 if __package__ in (None, ""):  # run by path: make `benchmarks` importable from the repo root
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -98,7 +105,13 @@ LEARNING_RATE = 1.5e-3
 GRAD_CLIP_MAX_NORM = 1.0
 NB_TRIPLET_FTS = 8
 PROTOCOL_TRAIN_STEPS = 10_000  # horizon of our cosine decay
+PROTOCOL_EVAL_EVERY_STEPS = 50 # run.py's eval_every (ours: Protocol.eval_every_steps)
 CLRS_TEST_BATCH_SIZE = 32      # run.py's test_batch_size
+CLRS_VAL_BATCH_SIZE = 32       # run.py's val batch_size (ours: Protocol.val_batch_size)
+# Settings that must match for a report on disk to be resumed.
+_RESUME_KEYS = ("steps", "hidden", "batch", "lengths", "seed", "compile_steps",
+                "compile_hidden", "ood", "ood_samples", "eval", "eval_reps",
+                "eval_time_steps", "clrs_eval_max_gib")
 # The jitted train step of each implementation, as the compile event names it.
 TRAIN_STEP_FUNCTION = {"ours": "jit(_train_step)", "clrs": "jit(_feedback)"}
 
@@ -478,6 +491,158 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   }
 
 
+# -- 4. validation and test: their share of a run --------------------------------------
+
+
+def _truncate_time(feedback: clrs.Feedback, steps: Optional[int]) -> clrs.Feedback:
+  """The first `steps` hint steps of a batch, trajectories cut there (None: all)."""
+  if steps is None or steps >= hint_time(feedback):
+    return feedback
+  hints = tuple(clrs.DataPoint(h.name, h.location, h.type_, h.data[:steps])
+                for h in feedback.features.hints)
+  lengths = np.minimum(feedback.features.lengths, steps)
+  return feedback._replace(features=feedback.features._replace(
+      hints=hints, lengths=lengths))
+
+
+def _time_calls(fn, reps: int) -> Dict[str, float]:
+  """First call (compiles) and the median of `reps` more."""
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn())
+  first = time.perf_counter() - t0
+  times = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - t0)
+  return {"first_s": first, "s": statistics.median(times)}
+
+
+def _steps_run(feedback: clrs.Feedback, impl: str) -> int:
+  """Processor steps one batch costs: ours stops at its longest trajectory
+  (steps after it are skipped), dm-clrs runs the whole padded time axis."""
+  if impl == "ours":
+    return max(1, int(np.max(feedback.features.lengths)) - 1)
+  return max(1, hint_time(feedback) - 1)
+
+
+def _ours_batches(n_total: int, batch_size: int) -> Tuple[int, int]:
+  """(number, size) of the sub-batches `learner.evaluate_split` runs."""
+  nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
+  return nb_batches, -(-n_total // nb_batches)
+
+
+def _edge_pointer_bytes(spec, nb_nodes: int, hidden: int) -> int:
+  """Per sample, dm-clrs's edge-pointer decoders' [n, n, n, H] float32 maximum."""
+  if any(loc == clrs.Location.EDGE and t == clrs.Type.POINTER
+         for _, loc, t in spec.values()):
+    return nb_nodes**3 * hidden * 4
+  return 0
+
+
+def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
+                 time_steps: Optional[int] = None,
+                 clrs_max_gib: float = 1.0) -> Dict[str, Any]:
+  """One validation batch and one test batch of each, scaled to a run.
+
+  Validation (both): every PROTOCOL_EVAL_EVERY_STEPS steps, run.py's pool at
+  the largest train size (2 x 32 x num_samples_multiplier samples) in batches
+  of 32; ours with hint losses (`Learner.eval_batch(with_hints=True)`, what
+  train.py runs), dm-clrs with `BaselineModel.predict` (what run.py runs).
+  Ours also pays for drawing the samples of each evaluation (`draw_s`).
+  Test (both, once): the official test split, ours in
+  `learner.default_test_batch_size` sub-batches, dm-clrs in batches of 32.
+  A batch is timed on the split's first samples and its time is multiplied by
+  the number of batches: an estimate, since batches differ in their longest
+  trajectory, which is all that ours' cost depends on.  `time_steps` cuts
+  every batch to its first steps and scales the time by the processor steps
+  of the whole batch (`_steps_run`): a step costs the same all along, so this
+  bounds the time of long test trajectories at little loss.  A dm-clrs test batch
+  whose edge-pointer decoders would build more than `clrs_max_gib` GiB is
+  timed with fewer samples and scaled to 32 (`scaled_from_batch`).
+  """
+  spec = data.get_spec(algorithm)
+  t0 = time.perf_counter()
+  pool = data.ValidationPool(algorithm, seed=seed)
+  pool_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  val = pool.draw(PROTOCOL_EVAL_EVERY_STEPS)
+  draw_s = time.perf_counter() - t0
+  test = data.load_split(algorithm, "test")
+  n_val, n_test = data.nb_samples_of(val), data.nb_samples_of(test)
+  test_nodes = data.nb_nodes_of(test)
+  evals_per_run = PROTOCOL_TRAIN_STEPS // PROTOCOL_EVAL_EVERY_STEPS
+
+  net = ours_model(spec, model_lib.nb_dims_of(test), hidden)
+  params = net.init(jax.random.PRNGKey(seed), [data.take_samples(val, 1).features])
+  clrs_model = build_clrs(spec, data.take_samples(val, 1), hidden, seed + 1)
+  key = jax.random.PRNGKey(seed)
+
+  ours_test_batches, ours_test_size = _ours_batches(
+      n_test, learner.default_test_batch_size(spec, test_nodes, hidden))
+  clrs_test_size = CLRS_TEST_BATCH_SIZE
+  per_sample = _edge_pointer_bytes(spec, test_nodes, hidden)
+  if per_sample and per_sample * clrs_test_size > clrs_max_gib * 2**30:
+    clrs_test_size = max(1, int(clrs_max_gib * 2**30 // per_sample))
+  plan = {
+      "ours": {"val": (CLRS_VAL_BATCH_SIZE, -(-n_val // CLRS_VAL_BATCH_SIZE)),
+               "test": (ours_test_size, ours_test_batches)},
+      "clrs": {"val": (CLRS_VAL_BATCH_SIZE, -(-n_val // CLRS_VAL_BATCH_SIZE)),
+               "test": (clrs_test_size, -(-n_test // CLRS_TEST_BATCH_SIZE))},
+  }
+  res = {"evals_per_run": evals_per_run, "val_samples": n_val,
+         "test_samples": n_test, "test_nb_nodes": test_nodes,
+         "val_nb_nodes": data.nb_nodes_of(val), "pool_build_s": pool_s,
+         "time_steps": time_steps}
+  for impl in ("ours", "clrs"):
+    out = {}
+    for split, feedback in (("val", val), ("test", test)):
+      size, nb_batches = plan[impl][split]
+      full, _ = next(data.eval_batches(feedback, size))
+      batch = _truncate_time(full, time_steps)
+      if impl == "ours":
+        with_hints = split == "val"
+        fn = lambda b=batch, h=with_hints: net.eval_batch(params, b, 0, h)
+      else:
+        fn = lambda b=batch: clrs_model.predict(key, b.features)
+      timing = _time_calls(fn, reps)
+      batch_s = timing["s"] * _steps_run(full, impl) / _steps_run(batch, impl)
+      scale = 1.0
+      if impl == "clrs" and split == "test" and size != CLRS_TEST_BATCH_SIZE:
+        scale = CLRS_TEST_BATCH_SIZE / size
+        out["test_scaled_from_batch"] = size
+      out[f"{split}_batch_s"] = batch_s * scale
+      out[f"{split}_batch_size"] = CLRS_TEST_BATCH_SIZE if scale != 1.0 else size
+      out[f"{split}_batches"] = nb_batches
+      out[f"{split}_first_call_s"] = timing["first_s"]
+      out[f"{split}_steps_run"] = _steps_run(full, impl)
+    out["val_draw_s"] = draw_s if impl == "ours" else None
+    per_eval = out["val_batch_s"] * out["val_batches"] + (out["val_draw_s"] or 0.0)
+    out["val_s_per_run"] = per_eval * evals_per_run
+    out["test_s_per_run"] = out["test_batch_s"] * out["test_batches"]
+    res[impl] = out
+    _log(f"{algorithm}: {impl} validation {out['val_s_per_run']:.0f} s and test "
+         f"{out['test_s_per_run']:.0f} s per run")
+  return res
+
+
+def run_shares(steady: Dict[str, Any], evaluation: Dict[str, Any]
+               ) -> Dict[str, Any]:
+  """Training, validation and test seconds of a PROTOCOL_TRAIN_STEPS run of each
+  (training at the steady state's mean step time), and their shares."""
+  out = {}
+  for impl in ("ours", "clrs"):
+    train_s = PROTOCOL_TRAIN_STEPS / steady[impl]["steps_per_s_mean"]
+    val_s = evaluation[impl]["val_s_per_run"]
+    test_s = evaluation[impl]["test_s_per_run"]
+    total = train_s + val_s + test_s
+    out[impl] = {"train_s": train_s, "val_s": val_s, "test_s": test_s,
+                 "run_s": total, "val_share": val_s / total,
+                 "test_share": test_s / total}
+  out["ratio_run"] = out["clrs"]["run_s"] / out["ours"]["run_s"]
+  return out
+
+
 # -- subprocess plumbing -------------------------------------------------------------
 
 
@@ -608,12 +773,30 @@ def markdown_table(report: Dict[str, Any]) -> str:
                    f" / {ood[impl]['score']:.3f}")
     rows.append("| " + " | ".join(cells) + " |")
   s = report["settings"]
+  ratios = [r["steady_state"]["ratio"] for r in report["algorithms"].values()]
   rows.append("")
+  if ratios:
+    rows.append(f"Median ratio over {len(ratios)} algorithms: "
+                f"{statistics.median(ratios):.2f}; lowest {min(ratios):.2f}.")
   rows.append(f"hidden {s['hidden']}, batch {s['batch']}, >= {s['steps']} timed "
               f"steps each; compiles: {s['compile_steps']}-step runs at hidden "
               f"{s['compile_hidden']}; ratio = ours/clrs steps/s; "
               f"{report['machine']['cpu_count']} CPUs, jax {report['versions']['jax']}, "
               f"{report['date']}")
+  runs = {a: r["run"] for a, r in report["algorithms"].items() if r.get("run")}
+  if runs:
+    rows += ["", f"A {s['protocol_train_steps']:,}-step run (validation every "
+             f"{s['protocol_eval_every_steps']} steps, one test pass), hours and shares:",
+             "",
+             "| algorithm | ours h | ours val | ours test | clrs h | clrs val "
+             "| clrs test | run ratio |", "|---|---|---|---|---|---|---|---|"]
+    for algorithm, r in runs.items():
+      cells = [algorithm]
+      for impl in ("ours", "clrs"):
+        cells += [f"{r[impl]['run_s'] / 3600:.2f}", f"{r[impl]['val_share']:.1%}",
+                  f"{r[impl]['test_share']:.1%}"]
+      cells.append(f"{r['ratio_run']:.2f}")
+      rows.append("| " + " | ".join(cells) + " |")
   return "\n".join(rows)
 
 
@@ -623,9 +806,15 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
               parallel_compile_workers: bool = False,
               ood: bool = True, ood_samples: Optional[int] = None, seed: int = 0,
               ood_algorithms: Optional[Sequence[str]] = None,
+              evaluation: bool = False, eval_reps: int = 2,
+              eval_time_steps: Optional[int] = None, clrs_eval_max_gib: float = 1.0,
               out: Optional[str] = None,
               argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-  """All three measurements for each algorithm; the report dict (also `out`)."""
+  """The measurements for each algorithm; the report dict (also `out`).
+
+  An `out` that already holds a report of the same settings is resumed: its
+  algorithms are kept and not measured again.
+  """
   compile_hidden = int(compile_hidden or hidden)
   report = {
       "schema": SCHEMA,
@@ -641,6 +830,11 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
           "parallel_compile_workers": bool(parallel_compile_workers),
           "ood": bool(ood), "ood_samples": None if ood_samples is None else int(ood_samples),
           "ood_algorithms": None if ood_algorithms is None else list(ood_algorithms),
+          "eval": bool(evaluation), "eval_reps": int(eval_reps),
+          "eval_time_steps": None if eval_time_steps is None else int(eval_time_steps),
+          "clrs_eval_max_gib": float(clrs_eval_max_gib),
+          "protocol_train_steps": PROTOCOL_TRAIN_STEPS,
+          "protocol_eval_every_steps": PROTOCOL_EVAL_EVERY_STEPS,
           "clrs_test_batch_size": CLRS_TEST_BATCH_SIZE,
           "learning_rate": LEARNING_RATE,
           "grad_clip_max_norm": GRAD_CLIP_MAX_NORM,
@@ -656,10 +850,16 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
       },
       "algorithms": {},
   }
+  if out and pathlib.Path(out).exists():
+    report["algorithms"] = resumable(json.loads(pathlib.Path(out).read_text()),
+                                     report["settings"], out)
   counter = common.CompileCounter()
   try:
     for algorithm in algorithms:
       data.check_algorithm(algorithm)
+      if algorithm in report["algorithms"]:
+        _log(f"{algorithm}: in {out} already, skipped")
+        continue
       _log(f"{algorithm}: steady state (hidden {hidden}, batch {batch})")
       res = {"train_lengths": list(data.train_lengths(algorithm, lengths))}
       res["steady_state"] = measure_steady_state(
@@ -674,6 +874,12 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
       if ood and (ood_algorithms is None or algorithm in ood_algorithms):
         res["ood"] = measure_ood(algorithm, hidden=hidden, samples=ood_samples,
                                  seed=seed)
+      res["eval"] = res["run"] = None
+      if evaluation:
+        res["eval"] = measure_eval(algorithm, hidden=hidden, seed=seed,
+                                   reps=eval_reps, time_steps=eval_time_steps,
+                                   clrs_max_gib=clrs_eval_max_gib)
+        res["run"] = run_shares(res["steady_state"], res["eval"])
       report["algorithms"][algorithm] = res
       report["machine"]["loadavg_end"] = list(os.getloadavg())
       if out:  # after every algorithm: a long run keeps what it measured
@@ -681,6 +887,19 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
   finally:
     counter.close()
   return report
+
+
+def resumable(previous: Dict[str, Any], settings: Dict[str, Any], out: str
+              ) -> Dict[str, Any]:
+  """The algorithms of a report on disk, if it was measured with `settings`."""
+  if previous.get("schema") != SCHEMA:
+    raise ValueError(f"{out} is not a {SCHEMA} report; choose another --out")
+  differ = [k for k in _RESUME_KEYS
+            if previous["settings"].get(k) != settings.get(k)]
+  if differ:
+    raise ValueError(f"{out} was measured with other settings ({', '.join(differ)}); "
+                     "choose another --out to start afresh")
+  return dict(previous["algorithms"])
 
 
 # -- CLI -----------------------------------------------------------------------------
@@ -692,7 +911,7 @@ def _parser() -> argparse.ArgumentParser:
       description="Our baseline vs dm-clrs's BaselineModel: steps/s, XLA "
                   "compilations, OOD test pass time and memory.")
   p.add_argument("--algorithms", default=",".join(DEFAULT_ALGORITHMS),
-                 help="comma-separated CLRS-30 names")
+                 help="comma-separated CLRS-30 names, or 'all'")
   p.add_argument("--steps", type=int, default=30,
                  help="timed steady-state steps per implementation (minimum)")
   p.add_argument("--hidden", type=int, default=128)
@@ -713,8 +932,23 @@ def _parser() -> argparse.ArgumentParser:
                  help="comma-separated: the OOD pass for these only (default: all)")
   p.add_argument("--ood-samples", type=int, default=None,
                  help="first K test samples (default: the whole split)")
+  p.add_argument("--eval", action=argparse.BooleanOptionalAction, default=False,
+                 help="time a validation and a test batch of each and report "
+                      "their share of a 10,000-step run")
+  p.add_argument("--eval-reps", type=int, default=2,
+                 help="timed calls per evaluation batch (after one that compiles)")
+  p.add_argument("--eval-time-steps", type=int, default=None,
+                 help="time evaluation batches cut to their first K steps and "
+                      "scale by the steps each implementation runs (default: "
+                      "whole batches; bubble_sort's dm-clrs test batch is 2,016 "
+                      "steps)")
+  p.add_argument("--clrs-eval-max-gib", type=float, default=1.0,
+                 help="largest dm-clrs edge-pointer decoder tensor in a test "
+                      "batch; above it the batch is timed smaller and scaled")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--out", default="bench.json", help="JSON report path")
+  p.add_argument("--out", default="bench.json",
+                 help="JSON report path; a report there with the same settings "
+                      "is resumed (its algorithms are skipped)")
   # Internal: one measurement in a fresh process.
   p.add_argument("--worker", choices=("compile", "ood"), help=argparse.SUPPRESS)
   p.add_argument("--impl", choices=("ours", "clrs"), help=argparse.SUPPRESS)
@@ -727,6 +961,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = _parser().parse_args(argv)
   algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+  if algorithms == ["all"]:
+    algorithms = list(data.ALGORITHMS)
   try:
     for a in algorithms:
       data.check_algorithm(a)
@@ -753,6 +989,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      parallel_compile_workers=args.parallel_compile_workers,
                      ood=args.ood,
                      ood_samples=args.ood_samples, seed=args.seed, out=args.out,
+                     evaluation=args.eval, eval_reps=args.eval_reps,
+                     eval_time_steps=args.eval_time_steps,
+                     clrs_eval_max_gib=args.clrs_eval_max_gib,
                      ood_algorithms=None if args.ood_algorithms is None else [
                          a.strip() for a in args.ood_algorithms.split(",") if a.strip()],
                      argv=["python", "benchmarks/bench.py"] + argv)

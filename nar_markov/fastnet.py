@@ -6,8 +6,10 @@ parameters under both) and computes the same function up to float round-off
 (tests/test_fastnet.py: losses, gradients and predictions against `Net` on every CLRS
 feature type).  The work it removes -- low-rank edge features folded into the next
 matrix, inputs encoded and outputs decoded once, pointer decoders and the message MLP
-with hand-written VJPs, remat with chosen saves, finished steps skipped -- is listed
-with its measurements in docs/performance.md.  Only the Triplet-GMPNN processor (the
+with hand-written VJPs, remat with chosen saves, finished steps skipped, only what the
+output decoders read carried through the scan -- is listed with its measurements in
+docs/performance.md; the named scopes (encode, process, decode, ...) are what
+benchmarks/profile_step.py attributes time by.  Only the Triplet-GMPNN processor (the
 paper's) has a fast path; `NetConfig(impl='reference')` runs dm-clrs's modules as they are.
 """
 
@@ -160,21 +162,22 @@ class TripletGMPNN(hk.Module):
     # Triplet messages (Dudzik and Velickovic 2022), as processors.get_triplet_msgs.
     f = self.nb_triplet_fts
     t_1, t_2, t_3, t_e_1, t_e_2, t_e_3, t_g = (hk.Linear(f) for _ in range(7))
-    tri_1, tri_2, tri_3 = (on_rows(t, z) for t in (t_1, t_2, t_3))
-    tri_e_1 = edges.project(*linear_params(t_e_1, edge_width))
-    tri_e_2 = edges.project(*linear_params(t_e_2, edge_width))
-    tri_e_3 = edges.project(*linear_params(t_e_3, edge_width))
-    tri_g = t_g(graph_fts)
-    # dm-clrs adds all seven terms into a [B, N, N, N, F] tensor and takes
-    # the max over its axis 1 (i).  Four of the terms do not depend on i, so
-    # they are added after the max (module doc, 6): same value, up to float
-    # round-off from the order of additions.
-    tri_max = jnp.max(jnp.expand_dims(jnp.expand_dims(tri_1, 2) + tri_e_1, 3) +
-                      jnp.expand_dims(tri_e_2, 2), axis=1)          # (B, j, k, F)
-    tri_max = (tri_max + jnp.expand_dims(tri_2, 2) + jnp.expand_dims(tri_3, 1) +
-               tri_e_3 + jnp.expand_dims(tri_g, (1, 2)))
-    o3 = hk.Linear(h)
-    tri_msgs = jax.nn.relu(on_rows(o3, tri_max))   # (B, N, N, H)
+    with jax.named_scope("triplet"):
+      tri_1, tri_2, tri_3 = (on_rows(t, z) for t in (t_1, t_2, t_3))
+      tri_e_1 = edges.project(*linear_params(t_e_1, edge_width))
+      tri_e_2 = edges.project(*linear_params(t_e_2, edge_width))
+      tri_e_3 = edges.project(*linear_params(t_e_3, edge_width))
+      tri_g = t_g(graph_fts)
+      # dm-clrs adds all seven terms into a [B, N, N, N, F] tensor and takes
+      # the max over its axis 1 (i).  Four of the terms do not depend on i, so
+      # they are added after the max (module doc, 6): same value, up to float
+      # round-off from the order of additions.
+      tri_max = jnp.max(jnp.expand_dims(jnp.expand_dims(tri_1, 2) + tri_e_1, 3) +
+                        jnp.expand_dims(tri_e_2, 2), axis=1)          # (B, j, k, F)
+      tri_max = (tri_max + jnp.expand_dims(tri_2, 2) + jnp.expand_dims(tri_3, 1) +
+                 tri_e_3 + jnp.expand_dims(tri_g, (1, 2)))
+      o3 = hk.Linear(h)
+      tri_msgs = jax.nn.relu(on_rows(o3, tri_max))   # (B, N, N, H)
 
     msgs = (jnp.expand_dims(msg_1, axis=1) + jnp.expand_dims(msg_2, axis=2) +
             msg_e + jnp.expand_dims(msg_g, axis=(1, 2)))
@@ -184,7 +187,8 @@ class TripletGMPNN(hk.Module):
     # MLP and the max are one function with a hand-written VJP.
     mlp = hk.nets.MLP([h, h])
     (w1, b1), (w2, b2) = (linear_params(l, h) for l in mlp.layers)
-    msgs = message_mlp_max(msgs, w1, b1, w2, b2)
+    with jax.named_scope("message_mlp"):
+      msgs = message_mlp_max(msgs, w1, b1, w2, b2)
     ret = jax.nn.relu(on_rows(o1, z) + on_rows(o2, msgs))
     if self.use_ln:
       ret = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(ret)
@@ -345,12 +349,17 @@ def _project_e_t(linears, edges: EdgeFts, tri_msgs) -> List[chex.Array]:
   return jnp.split(edge_part + tri_part, sizes, axis=-1)
 
 
+def e_t_readers(spec, names) -> List[str]:
+  """The features of `names` whose decoders read e_t (through their third
+  Linear): every edge feature and node pointer."""
+  return [n for n in names if spec[n][1] == _Location.EDGE or (
+      spec[n][1] == _Location.NODE and spec[n][2] in _POINTERS)]
+
+
 def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
            repred: bool) -> Dict[str, chex.Array]:
   """dm-clrs's decoders._decode_*_fts for the features in `names`."""
-  # Every node-pointer and edge decoder reads e_t through its third Linear.
-  e_t_names = [n for n in names if spec[n][1] == _Location.EDGE or (
-      spec[n][1] == _Location.NODE and spec[n][2] in _POINTERS)]
+  e_t_names = e_t_readers(spec, names)
   e_t_proj = dict(zip(e_t_names, _project_e_t(
       [decs[n][2] for n in e_t_names], edges, inp.tri_msgs)))
   preds = {}
@@ -409,20 +418,24 @@ class FastNet(model_lib.Net):
             hint_names, batch_size, nb_nodes, repred):
     cfg = self._config
     # ENCODE (inputs were encoded once, into `start`)
-    enc = encode(encs, hint_dps, start, nb_nodes)
-    edges = edge_fts_of(enc.edge_terms, batch_size, nb_nodes, cfg.hidden_size)
+    with jax.named_scope("encode"):
+      enc = encode(encs, hint_dps, start, nb_nodes)
+      edges = edge_fts_of(enc.edge_terms, batch_size, nb_nodes, cfg.hidden_size)
     # HISTORY (the only place where the three models differ)
-    seen = self._history(enc.node_fts, hidden)
+    with jax.named_scope("history"):
+      seen = self._history(enc.node_fts, hidden)
     # PROCESS
-    nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
-                                     seen.processor, seen.residual)
-    for _ in range(cfg.nb_msg_passing_steps - 1):
+    with jax.named_scope("process"):
       nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
-                                       nxt_hidden)
+                                       seen.processor, seen.residual)
+      for _ in range(cfg.nb_msg_passing_steps - 1):
+        nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
+                                         nxt_hidden)
     # DECODE hints now; outputs only at each trajectory's last step.
-    h_t = jnp.concatenate([enc.node_fts, seen.decoder, nxt_hidden], axis=-1)
-    dec_in = DecoderInputs(h_t, edges.x, tri_msgs, enc.graph_fts, enc.adj_mat)
-    hint_preds = decode(decs, spec, hint_names, dec_in, edges, repred)
+    with jax.named_scope("decode"):
+      h_t = jnp.concatenate([enc.node_fts, seen.decoder, nxt_hidden], axis=-1)
+      dec_in = DecoderInputs(h_t, edges.x, tri_msgs, enc.graph_fts, enc.adj_mat)
+      hint_preds = decode(decs, spec, hint_names, dec_in, edges, repred)
     gate_sum, history_norm = seen.stats()
     return nxt_hidden, hint_preds, dec_in, edges, gate_sum, history_norm
 
@@ -453,11 +466,21 @@ class FastNet(model_lib.Net):
     zero = Encoded(jnp.zeros((batch_size, nb_nodes, h)),
                    jnp.zeros((batch_size, h)),
                    jnp.repeat(jnp.eye(nb_nodes)[None], batch_size, axis=0), ())
-    start = encode(encs, inputs, zero, nb_nodes)
+    with jax.named_scope("encode"):
+      start = encode(encs, inputs, zero, nb_nodes)
     step = functools.partial(
         self._step, start, spec=spec, encs=encs, decs=decs, processor=processor,
         hint_names=hint_names, batch_size=batch_size, nb_nodes=nb_nodes,
         repred=repred)
+
+    # What the output decoders read of each trajectory's last step is carried
+    # through the scan: e_t's parts only for edge and node-pointer outputs,
+    # adj_mat never (triplet_gmpnn has no inf_bias).
+    reads_e_t = bool(e_t_readers(spec, output_names))
+
+    def for_outputs(dec_in: DecoderInputs) -> DecoderInputs:
+      unread = {} if reads_e_t else {"edge_x": None, "tri_msgs": None}
+      return dec_in._replace(adj_mat=None, **unread)
 
     first_hints = [
         probing.DataPoint(name=x.name, location=x.location, type_=x.type_,
@@ -467,6 +490,7 @@ class FastNet(model_lib.Net):
       hidden0 = hidden_override[0]
     hidden, hint_preds, last_in, edges, gate_sum, history_norm = step(
         first_hints, hidden0)
+    last_in = for_outputs(last_in)
 
     def scan_fn(carry, i):
       hidden, prev_hint_preds, last_in = carry
@@ -476,10 +500,11 @@ class FastNet(model_lib.Net):
       def active(operands):
         hidden, prev_hint_preds, last_in = operands
         # No teacher forcing: soft re-prediction of the previous step's hints.
-        decoded = decoders.postprocess(
-            spec, prev_hint_preds,
-            sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
-            sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=False)  # pylint: disable=protected-access
+        with jax.named_scope("feedback"):
+          decoded = decoders.postprocess(
+              spec, prev_hint_preds,
+              sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
+              sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=False)  # pylint: disable=protected-access
         cur_hints = [decoded[x.name] for x in hints]
         nxt_hidden, nxt_hint_preds, dec_in, _, g_sum, h_norm = step(
             cur_hints, hidden)
@@ -488,7 +513,7 @@ class FastNet(model_lib.Net):
         new_last = jax.tree_util.tree_map(
             lambda new, old: jnp.where(
                 model_lib._not_done(lengths, i, new) > 0, new, old),  # pylint: disable=protected-access
-            dec_in, last_in)
+            for_outputs(dec_in), last_in)
         per_step = (nxt_hint_preds if collect_hints else {}, g_sum, h_norm)
         return (nxt_hidden, nxt_hint_preds, new_last), per_step
 
@@ -521,6 +546,7 @@ class FastNet(model_lib.Net):
       gate_sum = gate_sum[None]
       history_norm = history_norm[None]
     last_edges = edges._replace(x=last_in.edge_x)
-    output_preds = decode(decs, spec, output_names, last_in, last_edges, repred)
+    with jax.named_scope("decode"):
+      output_preds = decode(decs, spec, output_names, last_in, last_edges, repred)
     return model_lib.NetOutput(output_preds, all_hint_preds, gate_sum,
                                history_norm)

@@ -126,3 +126,74 @@ def test_bench_seeds_reports_both_sides(tmp_path, capsys):
   assert table[0].startswith("| algorithm | history | K |") and table[2].startswith(
       "| bfs | full | 2 | 8 | 4 | 4 |")
   assert bench_seeds.main(["--k", "0"]) == 2
+
+
+def test_report_on_disk_is_resumed(tmp_path, monkeypatch):
+  """An algorithm already in --out (same settings) is not measured again;
+  a report of other settings is refused, not mixed in."""
+  out = tmp_path / "bench.json"
+  kwargs = dict(steps=2, hidden=8, batch=4, lengths=(4,), compile_steps=0,
+                ood=False)
+  first = bench.run_bench([], out=str(out), **kwargs)
+  first["algorithms"]["bfs"] = {"steady_state": {"ratio": 2.5}, "done": True}
+  common.write_json(out, first)
+
+  def measured(algorithm, **_):
+    raise AssertionError(f"{algorithm} was measured again")
+  monkeypatch.setattr(bench, "measure_steady_state", measured)
+  report = bench.run_bench(["bfs"], out=str(out), **kwargs)
+  assert report["algorithms"]["bfs"]["done"] is True
+  with pytest.raises(ValueError, match="other settings.*hidden"):
+    bench.run_bench(["bfs"], out=str(out), **dict(kwargs, hidden=16))
+
+
+def test_eval_batches_are_counted_as_the_loops_run_them():
+  """The batch counts that scale one timed batch to a run: ours as
+  learner.evaluate_split splits a split, dm-clrs in run.py's batches of 32."""
+  from nar_markov import learner
+  calls = []
+
+  class Recorder:
+    def eval_batch(self, params, batch, index, with_hints):
+      calls.append(data.nb_samples_of(batch))
+      out = batch.outputs[0]
+      return {out.name: out}, None
+
+  for n_total, batch_size in [(32, 7), (2048, 7), (64, 32), (5, 32)]:
+    calls.clear()
+    split = data.take_samples(next(data.TrainStream(
+        "bfs", seed=0, batch_size=n_total, lengths=(4,))), n_total)
+    learner.evaluate_split(Recorder(), None, split, 0, batch_size, False)
+    assert (len(calls), calls[0]) == bench._ours_batches(n_total, batch_size)  # pylint: disable=protected-access
+
+
+def test_eval_costs_scale_to_a_run():
+  res = bench.measure_eval("bfs", hidden=8, seed=0, reps=1, time_steps=3)
+  assert res["evals_per_run"] == bench.PROTOCOL_TRAIN_STEPS // 50
+  assert res["val_samples"] == 64 and res["val_nb_nodes"] == 16
+  assert res["test_samples"] == 32 and res["test_nb_nodes"] == 64
+  for impl in ("ours", "clrs"):
+    r = res[impl]
+    assert r["val_batches"] == 2 and r["val_batch_size"] == 32
+    assert r["test_s_per_run"] == pytest.approx(r["test_batch_s"] * r["test_batches"])
+  assert res["ours"]["val_draw_s"] > 0 and res["clrs"]["val_draw_s"] is None
+  assert res["ours"]["val_s_per_run"] == pytest.approx(
+      (res["ours"]["val_batch_s"] * 2 + res["ours"]["val_draw_s"]) * res["evals_per_run"])
+  assert res["clrs"]["test_batches"] == 1
+  # dm-clrs runs the whole padded time axis; ours stops at the longest trajectory.
+  assert res["clrs"]["test_steps_run"] >= res["ours"]["test_steps_run"]
+  steady = {impl: {"steps_per_s_mean": 10.0} for impl in ("ours", "clrs")}
+  shares = bench.run_shares(steady, res)
+  for impl in ("ours", "clrs"):
+    s = shares[impl]
+    assert s["train_s"] == pytest.approx(bench.PROTOCOL_TRAIN_STEPS / 10.0)
+    assert s["run_s"] == pytest.approx(s["train_s"] + s["val_s"] + s["test_s"])
+    assert s["val_share"] == pytest.approx(s["val_s"] / s["run_s"])
+
+
+def test_truncated_eval_batch_cuts_time_and_lengths():
+  feedback = next(data.TrainStream("dfs", seed=0, batch_size=4, lengths=(7,)))
+  cut = bench._truncate_time(feedback, 5)  # pylint: disable=protected-access
+  assert bench.hint_time(cut) == 5
+  assert int(np.max(cut.features.lengths)) <= 5
+  assert bench._truncate_time(feedback, None) is feedback  # pylint: disable=protected-access

@@ -43,11 +43,14 @@ NOISE_SEED = 1234
 # Each algorithm stands for a kind of feature whose path differs in the fast
 # net: node pointers (bfs), permutation pointers with Gumbel noise in training
 # (insertion_sort), edge pointers (floyd_warshall; no CLRS-30 algorithm has
-# both permutation and edge pointers).
+# both permutation and edge pointers), an output that reads no edge features
+# or triplet messages, so that none are carried through the scan (graham_scan's
+# node mask).
 COVERS = {
     "bfs": (clrs.Location.NODE, clrs.Type.POINTER),
     "insertion_sort": (clrs.Location.NODE, clrs.Type.PERMUTATION_POINTER),
     "floyd_warshall": (clrs.Location.EDGE, clrs.Type.POINTER),
+    "graham_scan": (clrs.Location.NODE, clrs.Type.MASK),
 }
 
 

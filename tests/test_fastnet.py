@@ -24,8 +24,14 @@ HIDDEN = 8
 # mask_one; dfs: node categorical, graph scalar; lcs_length: edge
 # categorical; binary_search: graph pointer output; segments_intersect:
 # graph mask output; naive_string_matcher: 20 nodes, long trajectories.
+# Outputs that read e_t (edge features, node pointers) carry the last step's
+# edge features and triplet messages through the scan, the others do not:
+# bridges (edge mask output), articulation_points (node mask output) and
+# kmp_matcher (graph mask hints) add a long-trajectory graph algorithm of
+# each kind and the second string matcher.
 ALGORITHMS = ["bfs", "floyd_warshall", "dfs", "lcs_length", "binary_search",
-              "segments_intersect", "naive_string_matcher"]
+              "segments_intersect", "naive_string_matcher", "bridges",
+              "articulation_points", "kmp_matcher"]
 
 
 def _batch(algorithm, extra_steps=2, batch_size=3):

@@ -1,0 +1,291 @@
+"""Where a training step's time goes, per stage: encode, process, decode, loss, backward.
+
+    python benchmarks/profile_step.py --algorithms bridges,dfs [--impl ours,clrs]
+        [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16] [--reps 2] [--out prof.json]
+
+For each algorithm and train size, one batch of `bench.ClrsTrainStream` (ours gets
+it time-bucketed, as in training) runs `--reps` times under `jax.profiler`, after
+one untimed run.  Every XLA:CPU thunk the trace records is attributed to a stage by
+the `op_name` its HLO instruction carries: the fast net's named scopes (`encode`,
+`history`, `process` with `triplet` and `message_mlp`, `decode`, `feedback` for the
+soft hints fed back) and this script's `loss` and `optimizer`; dm-clrs's by its
+haiku module names (`_enc_`, `mpnn_aggr_clrs_processor`, `_dec_`).  `fwd`, `remat`
+(the forward recomputed in the backward pass) and `bwd` are told apart by
+`rematted_computation` and `transpose(`.  XLA-inserted ops without an op_name are
+`unnamed` (loop-carry copies, mostly).  The step time is the sum over the sizes of
+one cycle divided by their number (what a run sees); `busy_ms` sums thunk times
+(they may overlap on two threads), `wall_ms` is the step's wall time.
+
+`matmul_limit_gflops` times the message MLP's [B*N*N, H] x [H, H] product alone
+in this process: the message MLP's achieved rate over it says how close that
+stage is to the machine's limit.  Timings share the CPU with whatever else runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+if __package__ in (None, ""):  # run by path: make `benchmarks` importable from the repo root
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
+  from nar_markov import quiet  # pylint: disable=g-import-not-at-top
+  quiet.setup()
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from benchmarks import bench
+from benchmarks import common
+from nar_markov import data
+from nar_markov import model as model_lib
+
+SCHEMA = "nar_markov.profile/1"
+STAGES = ("encode", "history", "triplet", "message_mlp", "process", "decode",
+          "feedback", "loss", "optimizer", "other", "unnamed")
+PHASES = ("fwd", "remat", "bwd")
+# Thunks that only run others (their time is their body's, counted there).
+_CONTAINER_OPCODES = {"while", "conditional", "call"}
+
+_log = lambda msg: common.log("profile", msg)
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S.*?\s([\w\-]+)\(")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def instruction_table(hlo_text: str) -> Dict[str, Tuple[str, str]]:
+  """name -> (opcode, op_name) of every instruction of an optimized HLO module."""
+  table = {}
+  for line in hlo_text.splitlines():
+    m = _INSTRUCTION.match(line)
+    if not m:
+      continue
+    op = _OP_NAME.search(line)
+    table[m.group(1)] = (m.group(2), op.group(1) if op else "")
+  return table
+
+
+def classify(op_name: str, impl: str) -> Tuple[str, str]:
+  """(stage, phase) of one instruction, from its op_name."""
+  if not op_name:
+    return "unnamed", "fwd"
+  phase = ("remat" if "rematted_computation" in op_name else
+           "bwd" if "transpose(" in op_name else "fwd")
+  if impl == "ours":
+    for stage in ("optimizer", "loss", "message_mlp", "triplet", "encode",
+                  "history", "process", "decode", "feedback"):
+      if re.search(rf"(^|[/(]){stage}([/)]|$)", op_name):
+        return stage, phase
+    return "other", phase
+  if "clip_by_global_norm" in op_name or "scale_by_adam" in op_name or "/apply_updates" in op_name:
+    return "optimizer", phase
+  if "_enc_" in op_name:
+    return "encode", phase
+  if "mpnn_aggr_clrs_processor" in op_name:
+    return ("message_mlp" if re.search(r"/mlp(/|$)", op_name) else "process"), phase
+  if "_dec_" in op_name:
+    return "decode", phase
+  return "other", phase
+
+
+def _trace_events(logdir: str) -> List[Dict[str, Any]]:
+  path, = pathlib.Path(logdir).glob("**/*.trace.json.gz")
+  with gzip.open(path) as f:
+    return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
+  """Stage x phase milliseconds per call of `run` (already compiled and warm)."""
+  table = instruction_table(hlo_text)
+  logdir = tempfile.mkdtemp(prefix="nar_markov_profile_")
+  try:
+    wall = []
+    jax.profiler.start_trace(logdir)
+    for _ in range(reps):
+      t0 = time.perf_counter()
+      run()
+      wall.append(time.perf_counter() - t0)
+    jax.profiler.stop_trace()
+    events = _trace_events(logdir)
+  finally:
+    shutil.rmtree(logdir, ignore_errors=True)
+  ms = collections.defaultdict(float)
+  by_op = collections.defaultdict(float)
+  for e in events:
+    entry = table.get(e["name"])
+    if entry is None or entry[0] in _CONTAINER_OPCODES:
+      continue
+    stage, phase = classify(entry[1], impl)
+    ms[f"{stage}/{phase}"] += e["dur"] / 1e3 / reps
+    by_op[e["name"]] += e["dur"] / 1e3 / reps
+  top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
+  return {"ms": dict(ms), "busy_ms": sum(ms.values()),
+          "wall_ms": 1e3 * float(np.median(wall)),
+          "top_ops": [{"name": n, "ms": v, "opcode": table[n][0],
+                       "op_name": table[n][1][-160:]} for n, v in top]}
+
+
+def _ours_step(net):
+  """Learner._train_step with named scopes for the loss and the optimizer."""
+  def step(params, opt_state, feedback, rng_key):
+    def total(p):
+      out = net.apply(p, feedback.features, 0, False, rng_key=rng_key)
+      with jax.named_scope("loss"):
+        losses = model_lib.compute_losses(feedback, out, 0.0)
+      return losses.total, losses
+    grads, losses = jax.grad(total, has_aux=True)(params)
+    with jax.named_scope("optimizer"):
+      updates, opt_state = net.optimizer.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+    return params, opt_state, losses
+  return jax.jit(step)
+
+
+def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,
+                 reps: int, seed: int = 0) -> Dict[str, Any]:
+  if impl == "ours":
+    trainer = bench.OursTrainer(algorithm, spec, hidden, seed, feedback)
+    batch = bench.ours_batch(algorithm, feedback)
+    key = trainer.net.step_key(seed, 0)
+    args = (trainer.params, trainer.opt_state, batch, key)
+    compiled = _ours_step(trainer.net).lower(*args).compile()
+    run = lambda: jax.block_until_ready(compiled(*args))
+  else:
+    trainer = bench.ClrsTrainer(spec, hidden, seed, feedback)
+    model = trainer.model
+    key = jax.random.PRNGKey(seed)
+    args = (model._device_params, key, feedback, model._device_opt_state, 0)  # pylint: disable=protected-access
+    # BaselineModel's own jitted step; not donated here, so it can be rerun.
+    compiled = jax.jit(model._feedback, static_argnums=4).lower(*args).compile()  # pylint: disable=protected-access
+    run = lambda: jax.block_until_ready(compiled(*args[:4]))
+  run()
+  res = profile_calls(run, compiled.as_text(), impl, reps)
+  res["hint_time"] = bench.hint_time(batch if impl == "ours" else feedback)
+  res["max_length"] = int(np.max(feedback.features.lengths))
+  return res
+
+
+def matmul_limit_gflops(rows: int, hidden: int, reps: int = 5) -> float:
+  """GFLOP/s of one [rows, H] x [H, H] product here and now."""
+  x = jnp.ones((rows, hidden), jnp.float32)
+  w = jnp.ones((hidden, hidden), jnp.float32)
+  f = jax.jit(jnp.dot)
+  f(x, w).block_until_ready()
+  times = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    f(x, w).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return 2.0 * rows * hidden * hidden / min(times) / 1e9
+
+
+def message_mlp_products(batch: int, nb_nodes: int, hidden: int, steps: int) -> float:
+  """FLOPs of the message MLP's products in one train step: two forward, four
+  backward (fastnet.message_mlp_max), each [B*N*N, H] x [H, H], per step."""
+  return 6 * 2.0 * batch * nb_nodes**2 * hidden**2 * steps
+
+
+def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+  """Mean over the sizes of one cycle: stage x phase ms per step, and shares."""
+  n = len(per_size)
+  ms = collections.defaultdict(float)
+  for res in per_size.values():
+    for k, v in res["ms"].items():
+      ms[k] += v / n
+  busy = sum(ms.values())
+  stages = {}
+  for stage in STAGES:
+    row = {phase: ms.get(f"{stage}/{phase}", 0.0) for phase in PHASES}
+    row["total"] = sum(row.values())
+    row["share"] = row["total"] / busy if busy else 0.0
+    stages[stage] = row
+  return {"stages": stages, "busy_ms": busy,
+          "wall_ms": sum(r["wall_ms"] for r in per_size.values()) / n}
+
+
+def markdown(report: Dict[str, Any]) -> str:
+  lines = []
+  for algorithm, by_impl in report["algorithms"].items():
+    for impl, res in by_impl.items():
+      s = res["summary"]
+      lines.append(f"\n{algorithm} / {impl}: {s['wall_ms']:.0f} ms wall, "
+                   f"{s['busy_ms']:.0f} ms busy per step (mean over sizes "
+                   f"{', '.join(res['per_size'])})")
+      if "message_mlp_gflops" in res:
+        lines.append(f"message MLP products {res['message_mlp_gflops']:.1f} GFLOP/s "
+                     f"vs {res['matmul_limit_gflops']:.1f} GFLOP/s for the product "
+                     f"alone ({res['message_mlp_gflops'] / res['matmul_limit_gflops']:.0%})")
+      lines.append("| stage | fwd ms | remat ms | bwd ms | total ms | share |")
+      lines.append("|---|---|---|---|---|---|")
+      for stage, row in s["stages"].items():
+        if row["total"] > 0:
+          lines.append(f"| {stage} | {row['fwd']:.1f} | {row['remat']:.1f} | "
+                       f"{row['bwd']:.1f} | {row['total']:.1f} | {row['share']:.1%} |")
+  return "\n".join(lines)
+
+
+def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: int,
+                      lengths: Sequence[int], reps: int, seed: int) -> Dict[str, Any]:
+  stream = bench.ClrsTrainStream(algorithm, seed=seed, batch_size=batch,
+                                 lengths=tuple(lengths))
+  feedbacks = [next(stream) for _ in stream.lengths]
+  out = {}
+  for impl in impls:
+    per_size = {}
+    for feedback in feedbacks:
+      n = data.nb_nodes_of(feedback)
+      per_size[str(n)] = profile_size(impl, algorithm, feedback, stream.spec,
+                                      hidden, reps, seed)
+      _log(f"{algorithm} {impl} n={n}: {per_size[str(n)]['wall_ms']:.0f} ms wall")
+    res = {"per_size": per_size, "summary": summarize(per_size)}
+    if impl == "ours":
+      flops = sum(message_mlp_products(batch, int(n), hidden, r["max_length"] - 1)
+                  for n, r in per_size.items()) / len(per_size)
+      mlp_ms = res["summary"]["stages"]["message_mlp"]["total"]
+      res["message_mlp_gflops"] = flops / (mlp_ms / 1e3) / 1e9 if mlp_ms else None
+      res["matmul_limit_gflops"] = matmul_limit_gflops(
+          batch * max(stream.lengths) ** 2, hidden)
+    out[impl] = res
+  return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  p = argparse.ArgumentParser(prog="python benchmarks/profile_step.py",
+                              description=__doc__.splitlines()[0])
+  p.add_argument("--algorithms", default="bridges")
+  p.add_argument("--impl", default="ours", help="ours, clrs or ours,clrs")
+  p.add_argument("--hidden", type=int, default=128)
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--lengths", type=common.int_list, default=list(data.TRAIN_LENGTHS))
+  p.add_argument("--reps", type=int, default=2)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--out", default=None)
+  args = p.parse_args(argv)
+  bench.disable_persistent_cache()
+  report = {"schema": SCHEMA, "machine": common.machine_info(),
+            "settings": {"hidden": args.hidden, "batch": args.batch,
+                         "lengths": args.lengths, "reps": args.reps},
+            "algorithms": {}}
+  for algorithm in [a for a in args.algorithms.split(",") if a]:
+    report["algorithms"][algorithm] = profile_algorithm(
+        algorithm, [i for i in args.impl.split(",") if i], args.hidden, args.batch,
+        args.lengths, args.reps, args.seed)
+    if args.out:
+      common.write_json(args.out, report)
+  print(markdown(report))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
