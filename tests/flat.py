@@ -32,9 +32,8 @@ def components(**flat) -> Dict[str, Any]:
 def run(stop_after_steps=None, **flat):
   """experiment.run_experiment with flat keywords; `stop_after_steps`: the loop stops
   (as if killed) after that many steps, leaving its checkpoint and no result."""
-  if stop_after_steps is None:
-    return experiment.run_experiment(**components(**flat))
-  with stopped_after(stop_after_steps):
+  with (contextlib.nullcontext() if stop_after_steps is None
+        else stopped_after(stop_after_steps)):
     return experiment.run_experiment(**components(**flat))
 
 
