@@ -514,6 +514,17 @@ class _Task:
   test: Any = None
   test_batch_size: int = 32
 
+  @staticmethod
+  def as_calibrated(definition: Mapping[str, Any]) -> Dict[str, Any]:
+    """A calibration run's `definition` with only the settings its record keeps
+    (record_settings) and its length: trained at lambda = 0, it was not touched by
+    its penalty settings (GatePenalty's, as the sweep's gin bound them), and a
+    G-ForgetNet run that continues from it (lambda_heuristic.continuation) may
+    have others (gforget and gforget_adaptive share one calibration)."""
+    settings = definition.get("settings") or {}
+    return dict(definition, settings=dict(record_settings(settings),
+                                          train_steps=settings.get("train_steps")))
+
 
 def _make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePenalty],
                 results_dir, protocol: Protocol, net: NetConfig) -> List[_Task]:

@@ -263,6 +263,10 @@ class _SeedRun:
         raise ValueError(f"{prefix.state} does not hold the state at step {prefix.step}")
       # A calibration run of this seed, model `calibrate` (nar_markov/calibrate.py):
       # this run's settings and data trained to the calibration step with prefix.lam.
+      # At lambda = 0 (schedule reading) the calibration run's penalty settings did nothing.
+      recorded = state.get("definitions")
+      if recorded and prefix.lam == 0:
+        state = dict(state, definitions=[job.tasks[0].as_calibrated(d) for d in recorded])
       self.check_resume(state, prefix.state, [dict(
           self.definitions[0], model="calibrate", lambda_gate=prefix.lam,
           lambda_reading=None, penalty_start_step=0,

@@ -336,6 +336,24 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   assert scratch["test_score"] == pytest.approx(res["test_score"], abs=1e-6)
 
 
+def test_gforget_and_gforget_adaptive_continue_from_one_schedule_calibration(tmp_path, cache):
+  """A calibration made under the adaptive arm's gin (GatePenalty.adaptive_every_steps
+  bound: recorded in the λ = 0 run's settings, inert at λ = 0) is the prefix of both
+  arms, as its record (which keeps no penalty-strength setting) is theirs."""
+  adaptive = "GatePenalty.adaptive_every_steps = 4"
+  record, kwargs = _calibrated(tmp_path, bindings=[adaptive])
+  base = lambda_heuristic.lambda0_results_dir(tmp_path) / "calibrate" / "insertion_sort" / "seed0"
+  assert json.loads((base / "result.json").read_text())["settings"]["adaptive_every_steps"] == 4
+  for label, bindings in (("gforget", []), ("gforget_adaptive", [adaptive])):
+    config.parse_gin([], ["LambdaHeuristic.seeds = [0]", *bindings])
+    res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
+                   **dict(kwargs, model=label, history="gated",
+                          penalty=experiment.GatePenalty(None)))
+    assert res["lambda_calibration"]["continued_from"].endswith(train.FINAL_STATE_NAME)
+    assert res["settings"].get("adaptive_every_steps") == (4 if bindings else None)
+    assert bool(res.get("lambda_updates")) == bool(bindings)
+
+
 def test_constant_reading_end_to_end(tmp_path, cache):
   """A band this tiny run misses at λ0 (its share there is ~0.47): two trials, the
   closest chosen; the run continues from that trial's state, as if from scratch."""
