@@ -90,9 +90,12 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
     else:
       def run_trial(i, lam, seed=seed):
         trial_dir = trial_results_dir(results_dir, algorithm, seed, i, scope)
+        # One λ from step 0, as the record says of its trials, whatever ramp,
+        # adaptation or multiplier the sweep's gin binds for the runs that read it.
+        trial_penalty = experiment.GatePenalty(lam, start_step=0, lambda_scale=1.0,
+                                               ramp_steps=0, adaptive_every_steps=None)
         res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
-                                   penalty=experiment.GatePenalty(lam, start_step=0),
-                                   save_final_state=True, **common)
+                                   penalty=trial_penalty, save_final_state=True, **common)
         if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):
           raise CalibrationError(
               f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "

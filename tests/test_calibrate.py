@@ -137,6 +137,7 @@ class FakeTraining:
 
   def __init__(self, fail_at_call=None):
     self.trained = []
+    self.penalties = []
     self.fail_at_call = fail_at_call
 
   def __call__(self, *, algorithm, seed, results_dir, penalty, protocol,
@@ -150,6 +151,7 @@ class FakeTraining:
     if self.fail_at_call is not None and len(self.trained) == self.fail_at_call:
       raise RuntimeError("killed")
     self.trained.append((seed, lambda_gate))
+    self.penalties.append(penalty)
     big_l, big_g = 2.0 + seed, 4.0 / math.sqrt(1 + 3 * lambda_gate)  # the gate shuts as λ grows
     steps = list(range(2, train_steps + 1, 2))
     result = {"steps": train_steps, "status": "done", "lambda_gate": lambda_gate,
@@ -268,6 +270,18 @@ def test_a_corrupt_record_is_a_clear_error_and_is_not_overwritten(tmp_path, fake
   with pytest.raises(lambda_heuristic.CalibrationError, match="move it aside"):
     lambda_heuristic.load_lambda(tmp_path, "bfs", lambda_heuristic.LambdaHeuristic(), dict(SETTINGS))
   assert path.read_text() == content and not fake.trained
+
+
+def test_constant_trials_keep_one_lambda_whatever_strength_options_gin_binds(tmp_path, fake):
+  """The arm's ramp, adaptation and multiplier are for the runs that read the record;
+  a search trial trains with its own λ, constant from step 0."""
+  config.parse_gin([], ["GatePenalty.adaptive_every_steps = 4", "GatePenalty.ramp_steps = 3",
+                        "GatePenalty.lambda_scale = 2.0"])
+  h = lambda_heuristic.LambdaHeuristic(seeds=(0,), reading="constant", max_trials=3)
+  calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  trials = [p for p in fake.penalties if p.lambda_gate > 0]
+  assert trials and all((p.adaptive_every_steps, p.ramp_steps, p.lambda_scale) == (None, 0, 1.0)
+                        for p in trials)
 
 
 def test_a_record_made_with_other_settings_is_refused(tmp_path, fake):
