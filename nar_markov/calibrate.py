@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import math
 import pathlib
 import statistics
@@ -57,8 +58,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   settings = experiment.record_settings(
       experiment.run_settings_from_gin(algorithm, net=net, protocol=protocol))
   schedule_steps = settings["schedule_steps"]
-  scope = net.history_scope
-  path = record_path(results_dir, h.reading, algorithm, scope)
+  path = record_path(results_dir, h.reading, algorithm, net.history_scope)
   existing = read_record(path)
   if existing is not None:
     load_lambda(results_dir, algorithm, h, settings)  # raises if other settings
@@ -66,65 +66,98 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
     return existing
   step = h.calibration_step(schedule_steps)
   window = h.window_steps(schedule_steps)
-  common = dict(algorithm=algorithm, model="calibrate", net=net,
-                protocol=dataclasses.replace(protocol, train_steps=step,
-                                             schedule_steps=schedule_steps))
+  calibration = _Calibration(
+      algorithm=algorithm, results_dir=results_dir, heuristic=h, scope=net.history_scope,
+      step=step, window=window,
+      common=dict(algorithm=algorithm, model="calibrate", net=net,
+                  protocol=dataclasses.replace(protocol, train_steps=step,
+                                               schedule_steps=schedule_steps)))
   log(f"{algorithm}: {h.reading} reading, calibration step {step} of "
       f"{schedule_steps}, window {window} steps, seeds {list(h.seeds)}")
-  per_seed = []
-  for seed in h.seeds:
-    base_dir = lambda0_results_dir(results_dir, scope)
+  per_seed = [calibration.seed_entry(seed) for seed in h.seeds]
+  record = _record(algorithm, h, schedule_steps, settings, per_seed)
+  atomic_write_json(path, record)
+  log(f"wrote {path}: λ = {record['lambda']:.6g} (median over seeds {list(h.seeds)}), "
+      f"status {record['status']}")
+  if h.reading == "constant":
+    _remove_unused_trial_states(record)
+  return record
+
+
+@dataclasses.dataclass(frozen=True)
+class _Calibration:
+  """One algorithm's calibration runs: where they go and what they train (`common`:
+  run_experiment's keywords shared by the λ = 0 runs and the search trials)."""
+  algorithm: str
+  results_dir: pathlib.Path
+  heuristic: LambdaHeuristic
+  scope: str
+  step: int
+  window: int
+  common: Dict[str, Any]
+
+  def seed_entry(self, seed: int) -> Dict[str, Any]:
+    """The record's entry for `seed`: its λ = 0 run, and under 'constant' its search."""
+    base_dir = lambda0_results_dir(self.results_dir, self.scope)
     base = experiment.run_experiment(seed=seed, results_dir=str(base_dir),
-                                penalty=experiment.GatePenalty(0.0, start_step=0),
-                                save_final_state=True, **common)
-    m0 = measure(base, step, window)
+                                     penalty=experiment.GatePenalty(0.0, start_step=0),
+                                     save_final_state=True, **self.common)
+    m0 = measure(base, self.step, self.window)
     if not m0["G"] > 0:
-      raise CalibrationError(f"{algorithm} seed {seed}: gate term G = {m0['G']}; "
+      raise CalibrationError(f"{self.algorithm} seed {seed}: gate term G = {m0['G']}; "
                              "cannot calibrate")
+    run_folder = runs.run_dir(base_dir, "calibrate", self.algorithm, seed)
     entry = {"seed": seed, "lambda0": m0["L"] / m0["G"], "at_lambda0": m0,
-             "run_dir": str(runs.run_dir(base_dir, "calibrate", algorithm, seed)),
-             "final_state": str(runs.run_dir(base_dir, "calibrate", algorithm, seed)
-                                / runs.FINAL_STATE_NAME)}
-    if h.reading == "schedule":
+             "run_dir": str(run_folder),
+             "final_state": str(run_folder / runs.FINAL_STATE_NAME)}
+    if self.heuristic.reading == "schedule":
       entry["lambda"] = entry["lambda0"]
-    else:
-      def run_trial(i, lam, seed=seed):
-        trial_dir = trial_results_dir(results_dir, algorithm, seed, i, scope)
-        # One λ from step 0, as the record says of its trials, whatever ramp,
-        # adaptation or multiplier the sweep's gin binds for the runs that read it.
-        trial_penalty = experiment.GatePenalty(lam, start_step=0, lambda_scale=1.0,
-                                               ramp_steps=0, adaptive_every_steps=None)
-        res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
-                                   penalty=trial_penalty, save_final_state=True, **common)
-        if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):
-          raise CalibrationError(
-              f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "
-              f"search now asks for {lam} (other settings?); move it aside")
-        run_folder = str(runs.run_dir(trial_dir, "calibrate", algorithm, seed))
-        if res["status"] == "diverged" and res["diverged_step"] <= step:
-          log(f"{algorithm} seed {seed} trial {i}: λ = {lam:.6g} diverged at step "
-              f"{res['diverged_step']}: counted as above the band")
-          return {"share": None, "status": "diverged", "steps": res["steps"],
-                  "diverged_step": res["diverged_step"], "run_dir": run_folder}
-        out = measure(res, step, window)
-        out["run_dir"] = run_folder
-        out["final_state"] = str(pathlib.Path(run_folder) / runs.FINAL_STATE_NAME)
-        log(f"{algorithm} seed {seed} trial {i}: λ = {lam:.6g} -> penalty share "
-            f"{out['share']:.3f} (L {out['L']:.4g}, G {out['G']:.4g})")
-        return out
-      trials, chosen, in_band = search(run_trial, entry["lambda0"], h.band,
-                                       h.max_trials, h.bracket_factor)
-      # The chosen trial is the first `step` steps of this seed's G-ForgetNet run with
-      # that λ (same seed, data and schedule, λ from step 0): the run continues from its
-      # state (nar_markov.train, reuse_calibration_prefix) when its λ is the record's.
-      entry.update({"lambda": chosen["lambda"], "trials": trials, "in_band": in_band,
-                    "share_reached": chosen["share"], "chosen_trial": chosen["trial"],
-                    "chosen_state": chosen.get("final_state")})
-      if not in_band:
-        log(f"WARNING: {algorithm} seed {seed}: the penalty share never reached the band "
-            f"{h.band} in {len(trials)} trials; using the closest trial, λ = "
-            f"{chosen['lambda']:.6g} (share {chosen['share']:.3f})")
-    per_seed.append(entry)
+      return entry
+    h = self.heuristic
+    trials, chosen, in_band = search(functools.partial(self.trial, seed=seed),
+                                     entry["lambda0"], h.band, h.max_trials, h.bracket_factor)
+    # The chosen trial is the first `step` steps of this seed's G-ForgetNet run with
+    # that λ (same seed, data and schedule, λ from step 0): the run continues from its
+    # state (nar_markov.train, reuse_calibration_prefix) when its λ is the record's.
+    entry.update({"lambda": chosen["lambda"], "trials": trials, "in_band": in_band,
+                  "share_reached": chosen["share"], "chosen_trial": chosen["trial"],
+                  "chosen_state": chosen.get("final_state")})
+    if not in_band:
+      log(f"WARNING: {self.algorithm} seed {seed}: the penalty share never reached the band "
+          f"{h.band} in {len(trials)} trials; using the closest trial, λ = "
+          f"{chosen['lambda']:.6g} (share {chosen['share']:.3f})")
+    return entry
+
+  def trial(self, i: int, lam: float, *, seed: int) -> Dict[str, Any]:
+    """Search trial i of `seed` under the 'constant' reading: trained with λ = lam from step 0."""
+    trial_dir = trial_results_dir(self.results_dir, self.algorithm, seed, i, self.scope)
+    # One λ from step 0, as the record says of its trials, whatever ramp,
+    # adaptation or multiplier the sweep's gin binds for the runs that read it.
+    trial_penalty = experiment.GatePenalty(lam, start_step=0, lambda_scale=1.0,
+                                           ramp_steps=0, adaptive_every_steps=None)
+    res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
+                                    penalty=trial_penalty, save_final_state=True, **self.common)
+    if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):
+      raise CalibrationError(
+          f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "
+          f"search now asks for {lam} (other settings?); move it aside")
+    run_folder = str(runs.run_dir(trial_dir, "calibrate", self.algorithm, seed))
+    if res["status"] == "diverged" and res["diverged_step"] <= self.step:
+      log(f"{self.algorithm} seed {seed} trial {i}: λ = {lam:.6g} diverged at step "
+          f"{res['diverged_step']}: counted as above the band")
+      return {"share": None, "status": "diverged", "steps": res["steps"],
+              "diverged_step": res["diverged_step"], "run_dir": run_folder}
+    out = measure(res, self.step, self.window)
+    out["run_dir"] = run_folder
+    out["final_state"] = str(pathlib.Path(run_folder) / runs.FINAL_STATE_NAME)
+    log(f"{self.algorithm} seed {seed} trial {i}: λ = {lam:.6g} -> penalty share "
+        f"{out['share']:.3f} (L {out['L']:.4g}, G {out['G']:.4g})")
+    return out
+
+
+def _record(algorithm: str, h: LambdaHeuristic, schedule_steps: int,
+            settings: Dict[str, Any], per_seed) -> Dict[str, Any]:
+  """The calibration record: λ the median of the seeds' λ, and each seed's share at the switch."""
   lam = float(statistics.median(e["lambda"] for e in per_seed))
   for e in per_seed:
     # The penalty's share at the calibration step with the chosen λ: with the
@@ -135,7 +168,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
     status = "closest"
   shares = [e["share_at_switch"] if h.reading == "schedule" else e["share_reached"]
             for e in per_seed]
-  record = {
+  return {
       "schema": RECORD_SCHEMA, "algorithm": algorithm, "lambda": lam, "status": status,
       **record_heuristic(h, schedule_steps),
       "share": float(statistics.median(shares)),
@@ -143,11 +176,6 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
       "seeds": per_seed,
       "created": datetime.datetime.now().isoformat(timespec="seconds"),
   }
-  atomic_write_json(path, record)
-  log(f"wrote {path}: λ = {lam:.6g} (median over seeds {list(h.seeds)}), status {status}")
-  if h.reading == "constant":
-    _remove_unused_trial_states(record)
-  return record
 
 
 def _remove_unused_trial_states(record: Dict[str, Any]) -> None:
