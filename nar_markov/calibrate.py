@@ -106,14 +106,12 @@ class _Calibration:
     if not m0["G"] > 0:
       raise CalibrationError(f"{self.algorithm} seed {seed}: gate term G = {m0['G']}; "
                              "cannot calibrate")
-    run_folder = runs.run_dir(base_dir, "calibrate", self.algorithm, seed)
+    h = self.heuristic
     entry = {"seed": seed, "lambda0": m0["L"] / m0["G"], "at_lambda0": m0,
-             "run_dir": str(run_folder),
-             "final_state": str(run_folder / runs.FINAL_STATE_NAME)}
-    if self.heuristic.reading == "schedule":
+             **self._run_files(base_dir, seed)}
+    if h.reading == "schedule":
       entry["lambda"] = entry["lambda0"]
       return entry
-    h = self.heuristic
     trials, chosen, in_band = search(functools.partial(self.trial, seed=seed),
                                      entry["lambda0"], h.band, h.max_trials, h.bracket_factor)
     # The chosen trial is the first `step` steps of this seed's G-ForgetNet run with
@@ -141,18 +139,21 @@ class _Calibration:
       raise CalibrationError(
           f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "
           f"search now asks for {lam} (other settings?); move it aside")
-    run_folder = str(runs.run_dir(trial_dir, "calibrate", self.algorithm, seed))
+    files = self._run_files(trial_dir, seed)
     if res["status"] == "diverged" and res["diverged_step"] <= self.step:
       log(f"{self.algorithm} seed {seed} trial {i}: λ = {lam:.6g} diverged at step "
           f"{res['diverged_step']}: counted as above the band")
       return {"share": None, "status": "diverged", "steps": res["steps"],
-              "diverged_step": res["diverged_step"], "run_dir": run_folder}
-    out = measure(res, self.step, self.window)
-    out["run_dir"] = run_folder
-    out["final_state"] = str(pathlib.Path(run_folder) / runs.FINAL_STATE_NAME)
+              "diverged_step": res["diverged_step"], "run_dir": files["run_dir"]}
+    out = {**measure(res, self.step, self.window), **files}
     log(f"{self.algorithm} seed {seed} trial {i}: λ = {lam:.6g} -> penalty share "
         f"{out['share']:.3f} (L {out['L']:.4g}, G {out['G']:.4g})")
     return out
+
+  def _run_files(self, results_dir, seed: int) -> Dict[str, str]:
+    """Where a calibration run of `seed` under `results_dir` is, and its saved final state."""
+    folder = runs.run_dir(results_dir, "calibrate", self.algorithm, seed)
+    return {"run_dir": str(folder), "final_state": str(folder / runs.FINAL_STATE_NAME)}
 
 
 def _record(algorithm: str, h: LambdaHeuristic, schedule_steps: int,
