@@ -1,0 +1,141 @@
+"""Does G-ForgetNet beat ForgetNet here, as it does in the paper? One row per algorithm.
+
+    python -m analysis.verdict --results results/full_insertion_sort results/full_activity_selector \
+        results/full_decisive --out results/verdict
+
+Reads every run of ForgetNet (label `forget`) and of one G-ForgetNet arm (`--arm`, default
+`gforget`: the default net) under the given results folders, and applies the rule written
+down before the runs (results/full_decisive/README.md):
+  beats     G-ForgetNet's mean over the seeds both models ran is above ForgetNet's, and it is
+            above ForgetNet on at least 2 of those seeds; with fewer than 3 such seeds the
+            comparison is reported, not called;
+  Δ/σ       G-ForgetNet's mean minus the paper's, in the paper's σ (within 2: reproduces);
+  Markov    its history scope gates every consumer of h(t-1) (`processor_decoder`, the
+            default) and its gate norm ||g * h||/sqrt(d) at the last validation, averaged over
+            its seeds, is below 0.1.
+Writes verdict.csv and verdict.md (the table the README shows).
+"""
+
+import argparse
+import pathlib
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+
+from analysis import labels
+from analysis import paper as paper_lib
+from analysis import results as results_lib
+
+FORGETNET = "forget"
+MIN_SEEDS_TO_CALL = 3
+MARKOV_GATE_NORM = 0.1
+FULL_SCOPE = "processor_decoder"
+_SCOPE = re.compile(r"NetConfig\.history_scope\s*=\s*'(\w+)'")
+
+
+def history_scope(run):
+  """The run's NetConfig.history_scope, from its saved config (the default when unbound)."""
+  found = _SCOPE.search(run.get("gin_config") or "")
+  return found.group(1) if found else FULL_SCOPE
+
+
+def _scores(runs, model, algorithm):
+  """{seed: (test %, gate norm at the last validation, scope)} of one model on one algorithm."""
+  return {r["seed"]: (100.0 * r["test_score"], r["curves"]["val"]["hidden_norm"][-1],
+                      history_scope(r))
+          for r in runs if r["model"] == model and r["algorithm"] == algorithm
+          and r.get("test_score") is not None}
+
+
+def _mean_sd(values):
+  values = list(values)
+  return np.mean(values), (np.std(values, ddof=1) if len(values) > 1 else np.nan)
+
+
+def verdict_row(runs, algorithm, arm, paper_f, paper_g):
+  forget, gated = _scores(runs, FORGETNET, algorithm), _scores(runs, arm, algorithm)
+  if not forget or not gated:
+    return None
+  f_mean, f_sd = _mean_sd(v[0] for v in forget.values())
+  g_mean, g_sd = _mean_sd(v[0] for v in gated.values())
+  paired = sorted(set(forget) & set(gated))
+  wins = sum(gated[s][0] > forget[s][0] for s in paired)
+  diff = np.mean([gated[s][0] - forget[s][0] for s in paired]) if paired else np.nan
+  if len(paired) < MIN_SEEDS_TO_CALL:
+    beats = f"not called ({len(paired)} paired seed{'s' * (len(paired) != 1)})"
+  else:
+    beats = "yes" if diff > 0 and wins >= 2 else "no"
+  gate = np.mean([v[1] for v in gated.values()])
+  scopes = {v[2] for v in gated.values()}
+  p_f, p_g = paper_f.get(algorithm, (np.nan, np.nan)), paper_g.get(algorithm, (np.nan, np.nan))
+  return {
+      "algorithm": algorithm, "arm": arm,
+      "forget_seeds": ",".join(map(str, sorted(forget))), "forget_mean": f_mean, "forget_sd": f_sd,
+      "gforget_seeds": ",".join(map(str, sorted(gated))), "gforget_mean": g_mean, "gforget_sd": g_sd,
+      "paired_seeds": len(paired), "seeds_above": wins, "paired_diff": diff,
+      "paper_forget": p_f[0], "paper_forget_sd": p_f[1],
+      "paper_gforget": p_g[0], "paper_gforget_sd": p_g[1],
+      "paper_diff": p_g[0] - p_f[0],
+      "delta_sigma": (g_mean - p_g[0]) / p_g[1],
+      "gate_norm": gate,
+      "markov": scopes == {FULL_SCOPE} and gate < MARKOV_GATE_NORM,
+      "beats": beats,
+  }
+
+
+def verdict_frame(runs, arm="gforget"):
+  table = paper_lib.load_paper_results()
+  paper_f = paper_lib.paper_cells(table, FORGETNET)
+  paper_g = paper_lib.paper_cells(table, labels.paper_model(arm))
+  rows = [verdict_row(runs, a, arm, paper_f, paper_g)
+          for a in sorted({r["algorithm"] for r in runs})]
+  return pd.DataFrame([r for r in rows if r is not None])
+
+
+def to_markdown(frame):
+  def ms(mean, sd):
+    return f"{mean:.2f}" if pd.isna(sd) else f"{mean:.2f} ± {sd:.2f}"
+  lines = ["| algorithm | ForgetNet (seeds) | G-ForgetNet (seeds) | G − F, paired "
+           "(seeds G above) | paper: F → G (G − F) | G beats F here? | G: Δ/σ to the paper "
+           "| gate norm at the end | Markov at test |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for r in frame.itertuples():
+    lines.append(
+        f"| {r.algorithm} | {ms(r.forget_mean, r.forget_sd)} ({r.forget_seeds}) "
+        f"| {ms(r.gforget_mean, r.gforget_sd)} ({r.gforget_seeds}) "
+        f"| {r.paired_diff:+.2f} ({r.seeds_above} of {r.paired_seeds}) "
+        f"| {r.paper_forget:.2f} → {r.paper_gforget:.2f} ({r.paper_diff:+.2f}) "
+        f"| {r.beats} | {r.delta_sigma:+.1f} | {r.gate_norm:.3f} "
+        f"| {'yes' if r.markov else 'no'} |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(prog="python -m analysis.verdict",
+                                   description=__doc__.split("\n")[0])
+  parser.add_argument("--results", nargs="+", required=True)
+  parser.add_argument("--arm", default="gforget",
+                      help="the G-ForgetNet label compared with ForgetNet (default: %(default)s)")
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  runs = []
+  for root in args.results:
+    found, _ = results_lib.load_runs(root)
+    runs += [r for r in found if not labels.is_calibration(r)]
+  frame = verdict_frame(runs, args.arm)
+  if frame.empty:
+    print(f"verdict: no algorithm with both ForgetNet and {args.arm} under {args.results}",
+          file=sys.stderr)
+    return 2
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  frame.to_csv(out / "verdict.csv", index=False)
+  (out / "verdict.md").write_text(to_markdown(frame))
+  print((out / "verdict.md").read_text())
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
