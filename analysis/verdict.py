@@ -27,18 +27,21 @@ import pandas as pd
 from analysis import labels
 from analysis import paper as paper_lib
 from analysis import results as results_lib
+from nar_markov import netconfig  # no jax
 
 FORGETNET = "forget"
 MIN_SEEDS_TO_CALL = 3
 MARKOV_GATE_NORM = 0.1
-FULL_SCOPE = "processor_decoder"
+FULL_SCOPE = "processor_decoder"                    # every consumer of h(t-1) gated
+assert FULL_SCOPE in netconfig.HISTORY_SCOPES
+DEFAULT_SCOPE = netconfig.NetConfig().history_scope  # what a config that binds none ran
 _SCOPE = re.compile(r"NetConfig\.history_scope\s*=\s*'(\w+)'")
 
 
 def history_scope(run):
   """The run's NetConfig.history_scope, from its saved config (the default when unbound)."""
   found = _SCOPE.search(run.get("gin_config") or "")
-  return found.group(1) if found else FULL_SCOPE
+  return found.group(1) if found else DEFAULT_SCOPE
 
 
 def _scores(runs, model, algorithm):
