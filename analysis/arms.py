@@ -25,7 +25,6 @@ from analysis import labels
 from analysis import results as results_lib
 
 RULES = ("first_best", "last_best", "final")
-FORGETNET = "forget"
 
 
 def _last_window(run, fraction=0.05):
@@ -62,7 +61,7 @@ def arms_frame(runs):
   means = per_seed.groupby(["algorithm", "model"]).agg(
       seeds=("seed", lambda s: ",".join(str(int(x)) for x in sorted(s))),
       **{c: (c, "mean") for c in per_seed.columns if c not in ("model", "algorithm", "seed")})
-  forget = per_seed[per_seed.model == FORGETNET].set_index(["algorithm", "seed"])
+  forget = per_seed[per_seed.model == labels.FORGETNET].set_index(["algorithm", "seed"])
   for (alg, model), _ in means.iterrows():
     mine = per_seed[(per_seed.algorithm == alg) & (per_seed.model == model)]
     paired = [(r, forget.loc[(alg, r.seed)]) for r in mine.itertuples()

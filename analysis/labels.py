@@ -30,6 +30,7 @@ MODEL_LABELS = {
 # Longest first: gforget_nopenalty_x is a variant of gforget_nopenalty, not of gforget.
 FAMILIES = ("gforget_nopenalty", "gforget", "forget", "baseline")
 MULTITASK_SUFFIX = "_multitask"
+FORGETNET = "forget"  # the label G-ForgetNet arms are compared with (arms, verdict)
 CALIBRATION_MODEL = "calibrate"
 CALIBRATION_DIRS = ("calibrate", "_calibration")
 

@@ -29,7 +29,6 @@ from analysis import paper as paper_lib
 from analysis import results as results_lib
 from nar_markov import netconfig  # no jax
 
-FORGETNET = "forget"
 MIN_SEEDS_TO_CALL = 3
 MARKOV_GATE_NORM = 0.1
 FULL_SCOPE = "processor_decoder"                    # every consumer of h(t-1) gated
@@ -54,11 +53,12 @@ def _scores(runs, model, algorithm):
 
 def _mean_sd(values):
   values = list(values)
-  return np.mean(values), (np.std(values, ddof=1) if len(values) > 1 else np.nan)
+  return np.mean(values), (np.std(values, ddof=results_lib.STD_DDOF)
+                             if len(values) > results_lib.STD_DDOF else np.nan)
 
 
 def verdict_row(runs, algorithm, arm, paper_f, paper_g):
-  forget, gated = _scores(runs, FORGETNET, algorithm), _scores(runs, arm, algorithm)
+  forget, gated = _scores(runs, labels.FORGETNET, algorithm), _scores(runs, arm, algorithm)
   if not forget or not gated:
     return None
   f_mean, f_sd = _mean_sd(v[0] for v in forget.values())
@@ -90,7 +90,7 @@ def verdict_row(runs, algorithm, arm, paper_f, paper_g):
 
 def verdict_frame(runs, arm="gforget"):
   table = paper_lib.load_paper_results()
-  paper_f = paper_lib.paper_cells(table, FORGETNET)
+  paper_f = paper_lib.paper_cells(table, labels.FORGETNET)
   paper_g = paper_lib.paper_cells(table, labels.paper_model(arm))
   rows = [verdict_row(runs, a, arm, paper_f, paper_g)
           for a in sorted({r["algorithm"] for r in runs})]
