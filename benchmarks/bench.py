@@ -91,6 +91,7 @@ import numpy as np
 
 from benchmarks import common
 from nar_markov import data
+from nar_markov import devices
 from nar_markov import model as model_lib
 from nar_markov import quiet
 from nar_markov import learner
@@ -754,11 +755,20 @@ def _fmt(x, spec=".2f"):
   return "n/a" if x is None else format(x, spec)
 
 
+def cpu_label(host_cpu: Optional[Dict[str, Any]]) -> str:
+  """'AMD EPYC (avx512f)': the model and its widest SIMD extension; 'unrecorded' for
+  rows measured before reports named the CPU per algorithm."""
+  if not host_cpu:
+    return "unrecorded"
+  simd = host_cpu.get("simd") or []
+  return f"{host_cpu.get('model')} ({simd[-1]})" if simd else str(host_cpu.get("model"))
+
+
 def markdown_table(report: Dict[str, Any]) -> str:
   rows = ["| algorithm | ours steps/s | clrs steps/s | ratio | ratio (mean) "
           "| ours compiles (s) | clrs compiles (s) | ours OOD s / GiB / score "
-          "| clrs OOD s / GiB / score |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "| clrs OOD s / GiB / score | CPU |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
   for algorithm, res in report["algorithms"].items():
     ss, cc, ood = res["steady_state"], res.get("compile"), res.get("ood")
     cells = [algorithm, _fmt(ss["ours"]["steps_per_s"]),
@@ -771,6 +781,7 @@ def markdown_table(report: Dict[str, Any]) -> str:
       cells.append("skipped" if ood is None else
                    f"{ood[impl]['wall_s']:.1f} / {ood[impl]['peak_rss_mb'] / 1024:.2f}"
                    f" / {ood[impl]['score']:.3f}")
+    cells.append(cpu_label(res.get("host_cpu")))
     rows.append("| " + " | ".join(cells) + " |")
   s = report["settings"]
   ratios = [r["steady_state"]["ratio"] for r in report["algorithms"].values()]
@@ -851,8 +862,11 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
       "algorithms": {},
   }
   if out and pathlib.Path(out).exists():
-    report["algorithms"] = resumable(json.loads(pathlib.Path(out).read_text()),
-                                     report["settings"], out)
+    previous = json.loads(pathlib.Path(out).read_text())
+    report["algorithms"] = resumable(previous, report["settings"], out)
+    # The report stays dated and placed where it began; each algorithm names the
+    # CPU it was measured on (`host_cpu`), since a resumed report may span machines.
+    report["date"], report["machine"] = previous["date"], previous["machine"]
   counter = common.CompileCounter()
   try:
     for algorithm in algorithms:
@@ -861,7 +875,11 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
         _log(f"{algorithm}: in {out} already, skipped")
         continue
       _log(f"{algorithm}: steady state (hidden {hidden}, batch {batch})")
-      res = {"train_lengths": list(data.train_lengths(algorithm, lengths))}
+      res = {"train_lengths": list(data.train_lengths(algorithm, lengths)),
+             "host_cpu": devices.describe_host_cpu(),
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                 timespec="seconds"),
+             "loadavg": list(os.getloadavg())}
       res["steady_state"] = measure_steady_state(
           algorithm, steps=steps, hidden=hidden, batch=batch, lengths=lengths,
           seed=seed, counter=counter)
@@ -880,8 +898,8 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
                                    reps=eval_reps, time_steps=eval_time_steps,
                                    clrs_max_gib=clrs_eval_max_gib)
         res["run"] = run_shares(res["steady_state"], res["eval"])
+      res["loadavg_end"] = list(os.getloadavg())
       report["algorithms"][algorithm] = res
-      report["machine"]["loadavg_end"] = list(os.getloadavg())
       if out:  # after every algorithm: a long run keeps what it measured
         common.write_json(out, report)
   finally:

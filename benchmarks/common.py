@@ -12,6 +12,7 @@ from typing import Any, Dict, List
 
 import jax
 
+from nar_markov import devices
 from nar_markov import runs
 from nar_markov import util
 
@@ -74,6 +75,7 @@ def machine_info() -> Dict[str, Any]:
           "machine": platform.machine(), "node": platform.node(),
           "jax_backend": jax.default_backend(),
           "jax_devices": [str(d) for d in jax.devices()],
+          "host_cpu": devices.describe_host_cpu(),
           "loadavg": list(os.getloadavg())}
 
 

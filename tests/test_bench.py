@@ -16,6 +16,7 @@ from benchmarks import bench  # noqa: E402
 from benchmarks import bench_seeds  # noqa: E402
 from benchmarks import common  # noqa: E402
 from nar_markov import data  # noqa: E402
+from nar_markov import devices  # noqa: E402
 
 
 def _arrays(feedback):
@@ -53,6 +54,8 @@ def test_tiny_bench_report(tmp_path):
   assert on_disk["machine"]["cpu_count"] >= 1
   res = on_disk["algorithms"]["bfs"]
   assert res["train_lengths"] == [4]
+  assert res["host_cpu"] == devices.describe_host_cpu()  # each row names its CPU
+  assert bench.cpu_label(res["host_cpu"]) in bench.markdown_table(on_disk)
   steady = res["steady_state"]
   for impl in ("ours", "clrs"):
     s = steady[impl]
@@ -143,6 +146,12 @@ def test_report_on_disk_is_resumed(tmp_path, monkeypatch):
   monkeypatch.setattr(bench, "measure_steady_state", measured)
   report = bench.run_bench(["bfs"], out=str(out), **kwargs)
   assert report["algorithms"]["bfs"]["done"] is True
+  # It stays dated and placed where it began, and its old rows say their CPU is unknown.
+  assert (report["date"], report["machine"]) == (first["date"], first["machine"])
+  assert "| unrecorded |" in bench.markdown_table(
+      dict(report, algorithms={"bfs": {"steady_state": {
+          "ours": {"steps_per_s": 1.0}, "clrs": {"steps_per_s": 0.5}, "ratio": 2.0,
+          "ratio_mean": 2.0}}}))
   with pytest.raises(ValueError, match="other settings.*hidden"):
     bench.run_bench(["bfs"], out=str(out), **dict(kwargs, hidden=16))
 
