@@ -411,33 +411,122 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
 # -- the net ---------------------------------------------------------------------
 
 
+class _Pass(NamedTuple):
+  """What every step of one forward pass shares, built once per call by `FastNet._prepare`."""
+  start: Encoded                 # the inputs, encoded once
+  spec: specs.Spec
+  encs: Dict
+  decs: Dict
+  processor: "TripletGMPNN"
+  hint_names: List[str]
+  output_names: List[str]
+  hints: List[probing.DataPoint]  # [T, B, ...] each
+  lengths: chex.Array            # [B]
+  max_length: chex.Array
+  hidden_override: Optional[chex.Array]
+  collect_hints: bool
+  reads_e_t: bool                # an output decoder reads e_t's parts
+  batch_size: int
+  nb_nodes: int
+  repred: bool
+
+  def for_outputs(self, dec_in: DecoderInputs) -> DecoderInputs:
+    """What the output decoders read of each trajectory's last step, carried through
+    the scan: e_t's parts only for edge and node-pointer outputs, adj_mat never
+    (triplet_gmpnn has no inf_bias)."""
+    unread = {} if self.reads_e_t else {"edge_x": None, "tri_msgs": None}
+    return dec_in._replace(adj_mat=None, **unread)
+
+
 class FastNet(model_lib.Net):
   """`model.Net` (same parameters, same function), with the work cut (module doc)."""
 
-  def _step(self, start: Encoded, hint_dps, hidden, spec, encs, decs, processor,
-            hint_names, batch_size, nb_nodes, repred):
+  def _step(self, p: _Pass, hint_dps, hidden):
     cfg = self._config
-    # ENCODE (inputs were encoded once, into `start`)
+    # ENCODE (inputs were encoded once, into `p.start`)
     with jax.named_scope("encode"):
-      enc = encode(encs, hint_dps, start, nb_nodes)
-      edges = edge_fts_of(enc.edge_terms, batch_size, nb_nodes, cfg.hidden_size)
+      enc = encode(p.encs, hint_dps, p.start, p.nb_nodes)
+      edges = edge_fts_of(enc.edge_terms, p.batch_size, p.nb_nodes, cfg.hidden_size)
     # HISTORY (the only place where the three models differ)
     with jax.named_scope("history"):
       seen = self._history(enc.node_fts, hidden)
     # PROCESS
     with jax.named_scope("process"):
-      nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
-                                       seen.processor, seen.residual)
+      nxt_hidden, tri_msgs = p.processor(enc.node_fts, edges, enc.graph_fts,
+                                         seen.processor, seen.residual)
       for _ in range(cfg.nb_msg_passing_steps - 1):
-        nxt_hidden, tri_msgs = processor(enc.node_fts, edges, enc.graph_fts,
-                                         nxt_hidden)
+        nxt_hidden, tri_msgs = p.processor(enc.node_fts, edges, enc.graph_fts,
+                                           nxt_hidden)
     # DECODE hints now; outputs only at each trajectory's last step.
     with jax.named_scope("decode"):
       h_t = jnp.concatenate([enc.node_fts, seen.decoder, nxt_hidden], axis=-1)
       dec_in = DecoderInputs(h_t, edges.x, tri_msgs, enc.graph_fts, enc.adj_mat)
-      hint_preds = decode(decs, spec, hint_names, dec_in, edges, repred)
+      hint_preds = decode(p.decs, p.spec, p.hint_names, dec_in, edges, p.repred)
     gate_sum, history_norm = seen.stats()
     return nxt_hidden, hint_preds, dec_in, edges, gate_sum, history_norm
+
+  def _prepare(self, features, algorithm_index: int, modules, repred: bool,
+               hidden_override: Optional[chex.Array], max_length: Optional[chex.Array],
+               collect_hints: bool) -> _Pass:
+    """The pass's shared state, with the inputs encoded once."""
+    cfg = self._config
+    spec = self._specs[algorithm_index]
+    encs, decs, processor = modules
+    hint_names = [n for n in decs if spec[n][0] == _Stage.HINT]
+    output_names = [n for n in decs if spec[n][0] == _Stage.OUTPUT]
+    inputs = features.inputs
+    batch_size, nb_nodes = inputs[0].data.shape[:2]
+    if max_length is None:
+      max_length = jnp.max(features.lengths)
+    h = cfg.hidden_size
+    zero = Encoded(jnp.zeros((batch_size, nb_nodes, h)),
+                   jnp.zeros((batch_size, h)),
+                   jnp.repeat(jnp.eye(nb_nodes)[None], batch_size, axis=0), ())
+    with jax.named_scope("encode"):
+      start = encode(encs, inputs, zero, nb_nodes)
+    return _Pass(start=start, spec=spec, encs=encs, decs=decs, processor=processor,
+                 hint_names=hint_names, output_names=output_names,
+                 hints=features.hints, lengths=features.lengths, max_length=max_length,
+                 hidden_override=hidden_override, collect_hints=collect_hints,
+                 reads_e_t=bool(e_t_readers(spec, output_names)),
+                 batch_size=batch_size, nb_nodes=nb_nodes, repred=repred)
+
+  def _scan_step(self, p: _Pass, carry, i):
+    """Step i >= 1 of the scan; a no-op once no trajectory of the batch is running."""
+    hidden, prev_hint_preds, last_in = carry
+    if p.hidden_override is not None:
+      hidden = p.hidden_override[i]
+
+    def active(operands):
+      hidden, prev_hint_preds, last_in = operands
+      # No teacher forcing: soft re-prediction of the previous step's hints.
+      with jax.named_scope("feedback"):
+        decoded = decoders.postprocess(
+            p.spec, prev_hint_preds,
+            sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
+            sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=False)  # pylint: disable=protected-access
+      cur_hints = [decoded[x.name] for x in p.hints]
+      nxt_hidden, nxt_hint_preds, dec_in, _, g_sum, h_norm = self._step(
+          p, cur_hints, hidden)
+      # A trajectory's outputs are decoded from its last step (dm-clrs
+      # keeps the outputs of that step), hence padding is harmless.
+      new_last = jax.tree_util.tree_map(
+          lambda new, old: jnp.where(
+              model_lib._not_done(p.lengths, i, new) > 0, new, old),  # pylint: disable=protected-access
+          p.for_outputs(dec_in), last_in)
+      per_step = (nxt_hint_preds if p.collect_hints else {}, g_sum, h_norm)
+      return (nxt_hidden, nxt_hint_preds, new_last), per_step
+
+    def finished(operands):
+      # No trajectory of the batch is still running: nothing read changes.
+      hidden, prev_hint_preds, last_in = operands
+      per_step = (jax.tree_util.tree_map(jnp.zeros_like, prev_hint_preds)
+                  if p.collect_hints else {},
+                  jnp.zeros((p.batch_size,)), jnp.zeros((p.batch_size,)))
+      return (hidden, prev_hint_preds, last_in), per_step
+
+    return hk.cond(i + 1 < p.max_length, active, finished,
+                   (hidden, prev_hint_preds, last_in))
 
   def __call__(self, features, algorithm_index: int, repred: bool,
                hidden_override: Optional[chex.Array] = None,
@@ -448,90 +537,27 @@ class FastNet(model_lib.Net):
       raise ValueError("FastNet implements the triplet_gmpnn processor only; "
                        "use NetConfig(impl='reference') for "
                        f"{cfg.processor!r}")
-    spec = self._specs[algorithm_index]
+    # Built here, in `Net`'s order: haiku names a module after the method that builds it,
+    # and these names are `Net`'s (a checkpoint runs in either).
     encs, decs = self._construct_encoders_decoders(algorithm_index)
     processor = TripletGMPNN(cfg.hidden_size, cfg.nb_triplet_fts, cfg.use_ln)
-    hint_names = [n for n in decs if spec[n][0] == _Stage.HINT]
-    output_names = [n for n in decs if spec[n][0] == _Stage.OUTPUT]
-
-    inputs = features.inputs
-    hints = features.hints
-    lengths = features.lengths
-    batch_size, nb_nodes = inputs[0].data.shape[:2]
-    nb_mp_steps = max(1, hints[0].data.shape[0] - 1)
-    h = cfg.hidden_size
-    if max_length is None:
-      max_length = jnp.max(lengths)
-
-    zero = Encoded(jnp.zeros((batch_size, nb_nodes, h)),
-                   jnp.zeros((batch_size, h)),
-                   jnp.repeat(jnp.eye(nb_nodes)[None], batch_size, axis=0), ())
-    with jax.named_scope("encode"):
-      start = encode(encs, inputs, zero, nb_nodes)
-    step = functools.partial(
-        self._step, start, spec=spec, encs=encs, decs=decs, processor=processor,
-        hint_names=hint_names, batch_size=batch_size, nb_nodes=nb_nodes,
-        repred=repred)
-
-    # What the output decoders read of each trajectory's last step is carried
-    # through the scan: e_t's parts only for edge and node-pointer outputs,
-    # adj_mat never (triplet_gmpnn has no inf_bias).
-    reads_e_t = bool(e_t_readers(spec, output_names))
-
-    def for_outputs(dec_in: DecoderInputs) -> DecoderInputs:
-      unread = {} if reads_e_t else {"edge_x": None, "tri_msgs": None}
-      return dec_in._replace(adj_mat=None, **unread)
-
+    p = self._prepare(features, algorithm_index, (encs, decs, processor), repred,
+                      hidden_override, max_length, collect_hints)
     first_hints = [
         probing.DataPoint(name=x.name, location=x.location, type_=x.type_,
-                          data=jnp.asarray(x.data)[0]) for x in hints]
-    hidden0 = jnp.zeros((batch_size, nb_nodes, h))
+                          data=jnp.asarray(x.data)[0]) for x in p.hints]
+    hidden0 = jnp.zeros((p.batch_size, p.nb_nodes, cfg.hidden_size))
     if hidden_override is not None:
       hidden0 = hidden_override[0]
-    hidden, hint_preds, last_in, edges, gate_sum, history_norm = step(
-        first_hints, hidden0)
-    last_in = for_outputs(last_in)
+    hidden, hint_preds, last_in, edges, gate_sum, history_norm = self._step(
+        p, first_hints, hidden0)
+    last_in = p.for_outputs(last_in)
 
-    def scan_fn(carry, i):
-      hidden, prev_hint_preds, last_in = carry
-      if hidden_override is not None:
-        hidden = hidden_override[i]
-
-      def active(operands):
-        hidden, prev_hint_preds, last_in = operands
-        # No teacher forcing: soft re-prediction of the previous step's hints.
-        with jax.named_scope("feedback"):
-          decoded = decoders.postprocess(
-              spec, prev_hint_preds,
-              sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
-              sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=False)  # pylint: disable=protected-access
-        cur_hints = [decoded[x.name] for x in hints]
-        nxt_hidden, nxt_hint_preds, dec_in, _, g_sum, h_norm = step(
-            cur_hints, hidden)
-        # A trajectory's outputs are decoded from its last step (dm-clrs
-        # keeps the outputs of that step), hence padding is harmless.
-        new_last = jax.tree_util.tree_map(
-            lambda new, old: jnp.where(
-                model_lib._not_done(lengths, i, new) > 0, new, old),  # pylint: disable=protected-access
-            for_outputs(dec_in), last_in)
-        per_step = (nxt_hint_preds if collect_hints else {}, g_sum, h_norm)
-        return (nxt_hidden, nxt_hint_preds, new_last), per_step
-
-      def finished(operands):
-        # No trajectory of the batch is still running: nothing read changes.
-        hidden, prev_hint_preds, last_in = operands
-        per_step = (jax.tree_util.tree_map(jnp.zeros_like, prev_hint_preds)
-                    if collect_hints else {},
-                    jnp.zeros((batch_size,)), jnp.zeros((batch_size,)))
-        return (hidden, prev_hint_preds, last_in), per_step
-
-      return hk.cond(i + 1 < max_length, active, finished,
-                     (hidden, prev_hint_preds, last_in))
-
+    nb_mp_steps = max(1, p.hints[0].data.shape[0] - 1)
     if nb_mp_steps > 1:
-      body = scan_fn
+      body = functools.partial(self._scan_step, p)
       if cfg.remat:
-        body = hk.remat(scan_fn, policy=jax.checkpoint_policies.save_only_these_names(
+        body = hk.remat(body, policy=jax.checkpoint_policies.save_only_these_names(
             *_REMAT_SAVES))
       (_, _, last_in), (rest_hints, rest_gate, rest_norm) = hk.scan(
           body, (hidden, hint_preds, last_in),
@@ -547,6 +573,7 @@ class FastNet(model_lib.Net):
       history_norm = history_norm[None]
     last_edges = edges._replace(x=last_in.edge_x)
     with jax.named_scope("decode"):
-      output_preds = decode(decs, spec, output_names, last_in, last_edges, repred)
+      output_preds = decode(p.decs, p.spec, p.output_names, last_in, last_edges,
+                            p.repred)
     return model_lib.NetOutput(output_preds, all_hint_preds, gate_sum,
                                history_norm)
