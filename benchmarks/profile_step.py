@@ -58,6 +58,9 @@ STAGES = ("encode", "history", "triplet", "message_mlp", "process", "decode",
 PHASES = ("fwd", "remat", "bwd")
 # Thunks that only run others (their time is their body's, counted there).
 _CONTAINER_OPCODES = {"while", "conditional", "call"}
+# Thunks by duration: a step whose busy time sits in thunks of a few microseconds is
+# bound by per-op overhead (launching thousands of small kernels), not by arithmetic.
+DURATION_BUCKETS = ("<10us", "10-100us", ">=100us")
 
 _log = lambda msg: common.log("profile", msg)
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S.*?\s([\w\-]+)\(")
@@ -105,6 +108,11 @@ def _trace_events(logdir: str) -> List[Dict[str, Any]]:
     return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
 
 
+def duration_bucket(us: float) -> str:
+  """Which of DURATION_BUCKETS a thunk of `us` microseconds falls in."""
+  return "<10us" if us < 10 else "10-100us" if us < 100 else ">=100us"
+
+
 def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   """Stage x phase milliseconds per call of `run` (already compiled and warm)."""
   table = instruction_table(hlo_text)
@@ -122,6 +130,8 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
     shutil.rmtree(logdir, ignore_errors=True)
   ms = collections.defaultdict(float)
   by_op = collections.defaultdict(float)
+  by_duration = collections.defaultdict(float)
+  nb_thunks = 0
   for e in events:
     entry = table.get(e["name"])
     if entry is None or entry[0] in _CONTAINER_OPCODES:
@@ -129,9 +139,13 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
     stage, phase = classify(entry[1], impl)
     ms[f"{stage}/{phase}"] += e["dur"] / 1e3 / reps
     by_op[e["name"]] += e["dur"] / 1e3 / reps
+    by_duration[duration_bucket(e["dur"])] += e["dur"] / 1e3 / reps
+    nb_thunks += 1
   top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
   return {"ms": dict(ms), "busy_ms": sum(ms.values()),
           "wall_ms": 1e3 * float(np.median(wall)),
+          "thunks": nb_thunks / reps,
+          "busy_ms_by_duration": {b: by_duration.get(b, 0.0) for b in DURATION_BUCKETS},
           "top_ops": [{"name": n, "ms": v, "opcode": table[n][0],
                        "op_name": table[n][1][-160:]} for n, v in top]}
 
@@ -204,6 +218,8 @@ def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     for k, v in res["ms"].items():
       ms[k] += v / n
   busy = sum(ms.values())
+  by_duration = {b: sum(r["busy_ms_by_duration"][b] for r in per_size.values()) / n
+                 for b in DURATION_BUCKETS}
   stages = {}
   for stage in STAGES:
     row = {phase: ms.get(f"{stage}/{phase}", 0.0) for phase in PHASES}
@@ -211,7 +227,10 @@ def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     row["share"] = row["total"] / busy if busy else 0.0
     stages[stage] = row
   return {"stages": stages, "busy_ms": busy,
-          "wall_ms": sum(r["wall_ms"] for r in per_size.values()) / n}
+          "wall_ms": sum(r["wall_ms"] for r in per_size.values()) / n,
+          "thunks": sum(r["thunks"] for r in per_size.values()) / n,
+          "busy_share_by_duration": {b: v / busy if busy else 0.0
+                                     for b, v in by_duration.items()}}
 
 
 def markdown(report: Dict[str, Any]) -> str:
@@ -222,6 +241,9 @@ def markdown(report: Dict[str, Any]) -> str:
       lines.append(f"\n{algorithm} / {impl}: {s['wall_ms']:.0f} ms wall, "
                    f"{s['busy_ms']:.0f} ms busy per step (mean over sizes "
                    f"{', '.join(res['per_size'])})")
+      lines.append(f"{s['thunks']:.0f} thunks per step; busy time in thunks of "
+                   + ", ".join(f"{b}: {v:.0%}"
+                               for b, v in s["busy_share_by_duration"].items()))
       if "message_mlp_gflops" in res:
         lines.append(f"message MLP products {res['message_mlp_gflops']:.1f} GFLOP/s "
                      f"vs {res['matmul_limit_gflops']:.1f} GFLOP/s for the product "
