@@ -137,9 +137,10 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
     if entry is None or entry[0] in _CONTAINER_OPCODES:
       continue
     stage, phase = classify(entry[1], impl)
-    ms[f"{stage}/{phase}"] += e["dur"] / 1e3 / reps
-    by_op[e["name"]] += e["dur"] / 1e3 / reps
-    by_duration[duration_bucket(e["dur"])] += e["dur"] / 1e3 / reps
+    per_call_ms = e["dur"] / 1e3 / reps
+    ms[f"{stage}/{phase}"] += per_call_ms
+    by_op[e["name"]] += per_call_ms
+    by_duration[duration_bucket(e["dur"])] += per_call_ms
     nb_thunks += 1
   top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
   return {"ms": dict(ms), "busy_ms": sum(ms.values()),
