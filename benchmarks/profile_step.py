@@ -14,7 +14,10 @@ haiku module names (`_enc_`, `mpnn_aggr_clrs_processor`, `_dec_`).  `fwd`, `rema
 `rematted_computation` and `transpose(`.  XLA-inserted ops without an op_name are
 `unnamed` (loop-carry copies, mostly).  The step time is the sum over the sizes of
 one cycle divided by their number (what a run sees); `busy_ms` sums thunk times
-(they may overlap on two threads), `wall_ms` is the step's wall time.
+(they may overlap on two threads), `wall_ms` is the step's wall time under the
+profiler and `untraced_ms` the fastest of `--reps` steps without it (the profiler
+adds a cost per thunk).  With both impls, `ceiling` says how far ours can get
+(`ceiling()`).
 
 `matmul_limit_gflops` times the message MLP's [B*N*N, H] x [H, H] product alone
 in this process: the message MLP's achieved rate over it says how close that
@@ -167,6 +170,12 @@ def _ours_step(net):
   return jax.jit(step)
 
 
+def _timed(run) -> float:
+  t0 = time.perf_counter()
+  run()
+  return time.perf_counter() - t0
+
+
 def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,
                  reps: int, seed: int = 0) -> Dict[str, Any]:
   if impl == "ours":
@@ -186,6 +195,7 @@ def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,
     run = lambda: jax.block_until_ready(compiled(*args[:4]))
   run()
   res = profile_calls(run, compiled.as_text(), impl, reps)
+  res["untraced_ms"] = 1e3 * min(_timed(run) for _ in range(reps))
   res["hint_time"] = bench.hint_time(batch if impl == "ours" else feedback)
   res["max_length"] = int(np.max(feedback.features.lengths))
   return res
@@ -237,7 +247,14 @@ def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
 def markdown(report: Dict[str, Any]) -> str:
   lines = []
   for algorithm, by_impl in report["algorithms"].items():
-    for impl, res in by_impl.items():
+    if "ceiling" in by_impl:
+      c = by_impl["ceiling"]
+      lines.append(f"\n{algorithm}: dm-clrs / ours {c['ratio_now_cycle']:.2f} over a cycle "
+                   f"(n = {c['median_size']}: {c['ratio_now_median_size']:.2f}); ceiling "
+                   f"{c['ratio_ceiling_cycle']:.2f} (n = {c['median_size']}: "
+                   f"{c['ratio_ceiling_median_size']:.2f}); the message MLP at the "
+                   f"product's rate is {c['at_limit_share_cycle']:.0%} of our step")
+    for impl, res in ((i, r) for i, r in by_impl.items() if i != "ceiling"):
       s = res["summary"]
       lines.append(f"\n{algorithm} / {impl}: {s['wall_ms']:.0f} ms wall, "
                    f"{s['busy_ms']:.0f} ms busy per step (mean over sizes "
@@ -268,6 +285,8 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
     per_size = {}
     for feedback in feedbacks:
       n = data.nb_nodes_of(feedback)
+      if str(n) in per_size:  # one size for all train lengths (segments_intersect: 4 nodes)
+        continue
       per_size[str(n)] = profile_size(impl, algorithm, feedback, stream.spec,
                                       hidden, reps, seed)
       _log(f"{algorithm} {impl} n={n}: {per_size[str(n)]['wall_ms']:.0f} ms wall")
@@ -279,8 +298,37 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
       res["message_mlp_gflops"] = flops / (mlp_ms / 1e3) / 1e9 if mlp_ms else None
       res["matmul_limit_gflops"] = matmul_limit_gflops(
           batch * max(stream.lengths) ** 2, hidden)
+      for n, r in per_size.items():
+        r["mlp_floor_ms"] = 1e3 * message_mlp_products(
+            batch, int(n), hidden, r["max_length"] - 1) / (
+                matmul_limit_gflops(batch * int(n) ** 2, hidden) * 1e9)
     out[impl] = res
+  if "ours" in out and "clrs" in out:
+    out["ceiling"] = ceiling(out["ours"]["per_size"], out["clrs"]["per_size"])
   return out
+
+
+def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
+            ) -> Dict[str, Any]:
+  """How far ours can get: the message MLP's six products are work dm-clrs does too
+  and that no rewrite here removes, so ours' step takes at least their FLOPs at the
+  rate of the product alone (`mlp_floor_ms`); dm-clrs's step over that floor is the
+  highest ratio ours could reach.  `at_limit_share`: the floor's share of ours' step,
+  i.e. how much of it already is arithmetic at the machine's limit.  Per size, and
+  over the sizes as the benchmark reads them: the median size (its median ratio) and
+  the sum over one cycle (its mean ratio)."""
+  sizes = sorted(ours, key=int)
+  per_size = {n: {"ratio_now": clrs[n]["untraced_ms"] / ours[n]["untraced_ms"],
+                  "ratio_ceiling": clrs[n]["untraced_ms"] / ours[n]["mlp_floor_ms"],
+                  "at_limit_share": ours[n]["mlp_floor_ms"] / ours[n]["untraced_ms"]}
+              for n in sizes}
+  mid = sizes[len(sizes) // 2]
+  total = lambda runs, key: sum(runs[n][key] for n in sizes)
+  return {"per_size": per_size, "median_size": mid, **{
+      f"{k}_median_size": v for k, v in per_size[mid].items()},
+          "ratio_now_cycle": total(clrs, "untraced_ms") / total(ours, "untraced_ms"),
+          "ratio_ceiling_cycle": total(clrs, "untraced_ms") / total(ours, "mlp_floor_ms"),
+          "at_limit_share_cycle": total(ours, "mlp_floor_ms") / total(ours, "untraced_ms")}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -2,21 +2,16 @@
 well-formed report; K seeds per job reports both sides."""
 
 import json
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # pytest puts tests/ on sys.path, not the repo root
-  sys.path.insert(0, str(ROOT))
-
-from benchmarks import bench  # noqa: E402
-from benchmarks import bench_seeds  # noqa: E402
-from benchmarks import common  # noqa: E402
-from nar_markov import data  # noqa: E402
-from nar_markov import devices  # noqa: E402
+from benchmarks import ab_variants
+from benchmarks import bench
+from benchmarks import bench_seeds
+from benchmarks import common
+from nar_markov import data
+from nar_markov import devices
 
 
 def _arrays(feedback):
@@ -206,3 +201,9 @@ def test_truncated_eval_batch_cuts_time_and_lengths():
   assert bench.hint_time(cut) == 5
   assert int(np.max(cut.features.lengths)) <= 5
   assert bench._truncate_time(feedback, None) is feedback  # pylint: disable=protected-access
+
+
+def test_ab_variants_times_all_three():
+  ms = ab_variants.ab("bfs", reps=1, hidden=8, batch=2, lengths=(4,))
+  assert set(ms) == set(ab_variants.VARIANTS)
+  assert all(len(v) == 1 and v[0] > 0 for v in ms.values())
