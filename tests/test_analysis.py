@@ -20,16 +20,14 @@ import pandas as pd
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # pytest puts tests/ on sys.path, not the repo root
-  sys.path.insert(0, str(ROOT))
 
-from analysis import categories  # noqa: E402
-from analysis import extract_paper_results  # noqa: E402
-from analysis import make_tables  # noqa: E402
-from analysis import paper as paper_lib  # noqa: E402
-from analysis import report  # noqa: E402
-from analysis import results as results_lib  # noqa: E402
-from analysis import tables  # noqa: E402
+from analysis import categories
+from analysis import extract_paper_results
+from analysis import make_tables
+from analysis import paper as paper_lib
+from analysis import report
+from analysis import results as results_lib
+from analysis import tables
 
 FIXTURES = ROOT / "tests" / "fixtures" / "analysis"
 RESULTS = FIXTURES / "results"
@@ -657,7 +655,7 @@ def test_comparison_markdown_puts_ours_next_to_the_paper(tmp_path):
 
 # --- model labels beyond the paper's, calibration runs --------------------------------------
 
-from analysis import labels  # noqa: E402
+from analysis import labels
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,6 @@ def test_format_estimate_totals_are_the_sum_of_the_rows():
 
 
 def test_dry_run_prints_the_estimate(tmp_path, capsys):
-  sys.path.insert(0, str(REPO_ROOT))
   from launch import sweep  # pylint: disable=g-import-not-at-top
   rc = sweep.main(["--gin", "gin/forget.gin", "--gin_param", "ALGORITHMS=['bfs','dfs']",
                    "--gin_param", "SEEDS=[0,1,2]", "--dry-run", "--cluster", "local",

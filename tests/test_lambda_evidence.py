@@ -1,14 +1,8 @@
 """analysis/lambda_evidence.py: the λ readings' report and gate-norm figures from a results tree."""
 
 import json
-import pathlib
-import sys
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-  sys.path.insert(0, str(REPO_ROOT))
-
-from analysis import lambda_evidence  # pylint: disable=wrong-import-position
+from analysis import lambda_evidence
 
 
 def _result(path, score, norms):

@@ -5,9 +5,7 @@ and how the sweep packs runs into K-seed jobs.
 
 import json
 import os
-import pathlib
 import pickle
-import sys
 
 import gin
 import jax
@@ -15,19 +13,15 @@ import numpy as np
 import optax
 import pytest
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-  sys.path.insert(0, str(REPO_ROOT))
-
-from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
-from launch import sweep  # pylint: disable=wrong-import-position
-from nar_markov import cluster  # pylint: disable=wrong-import-position
-from nar_markov import data  # pylint: disable=wrong-import-position
-from nar_markov import experiment  # pylint: disable=wrong-import-position
-from nar_markov import train  # pylint: disable=wrong-import-position
+from launch import jobs as jobs_lib
+from launch import sweep
+from nar_markov import cluster
+from nar_markov import data
+from nar_markov import experiment
+from nar_markov import train
 from nar_markov import learner
 from nar_markov import util
-from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
+from nar_markov import runs as runs_lib
 
 import flat
 

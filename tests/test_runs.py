@@ -19,18 +19,16 @@ import textwrap
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-  sys.path.insert(0, str(REPO_ROOT))
 
 from conftest import SMOKE_SETTINGS  # pylint: disable=wrong-import-position  (tests/ is on sys.path)
-from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
-from launch import status as status_lib  # pylint: disable=wrong-import-position
-from launch import submit  # pylint: disable=wrong-import-position
-from launch import sweep  # pylint: disable=wrong-import-position
-from nar_markov import config  # pylint: disable=wrong-import-position
-from nar_markov import experiment  # pylint: disable=wrong-import-position
-from nar_markov import runs  # pylint: disable=wrong-import-position
-from nar_markov import train  # pylint: disable=wrong-import-position
+from launch import jobs as jobs_lib
+from launch import status as status_lib
+from launch import submit
+from launch import sweep
+from nar_markov import config
+from nar_markov import experiment
+from nar_markov import runs
+from nar_markov import train
 
 import flat
 

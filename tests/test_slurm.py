@@ -27,14 +27,12 @@ import sys
 import time
 
 import pytest
-from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
+from nar_markov import runs as runs_lib
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-  sys.path.insert(0, str(REPO_ROOT))
 
-from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
-from launch import status as status_lib  # pylint: disable=wrong-import-position
+from launch import jobs as jobs_lib
+from launch import status as status_lib
 
 REQUIRE_SLURM = os.environ.get("NAR_REQUIRE_SLURM") == "1"
 LOCAL_SLURM = REPO_ROOT / "launch" / "local_slurm.sh"

@@ -1,14 +1,7 @@
 """gin/slurm_gpu.gin: the sbatch script submitit writes from it asks for one GPU
 per task (fake sbatch: tests/conftest.py's fake_slurm; no GPU or Slurm needed)."""
 
-import pathlib
-import sys
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-  sys.path.insert(0, str(REPO_ROOT))
-
-from launch import sweep  # pylint: disable=wrong-import-position
+from launch import sweep
 
 GPU_SWEEP = ["--gin", "gin/baseline.gin", "--gin", "gin/slurm_gpu.gin",
              "--gin", "gin/smoke.gin", "--gin_param", "ALGORITHMS=['bfs']",

@@ -17,15 +17,13 @@ import sys
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-  sys.path.insert(0, str(REPO_ROOT))
 
-from launch import jobs as jobs_lib  # pylint: disable=wrong-import-position
-from launch import status as status_lib  # pylint: disable=wrong-import-position
-from launch import sweep  # pylint: disable=wrong-import-position
-from nar_markov import cluster  # pylint: disable=wrong-import-position
-from nar_markov import experiment  # pylint: disable=wrong-import-position
-from nar_markov import runs as runs_lib  # pylint: disable=wrong-import-position
+from launch import jobs as jobs_lib
+from launch import status as status_lib
+from launch import sweep
+from nar_markov import cluster
+from nar_markov import experiment
+from nar_markov import runs as runs_lib
 
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
 
