@@ -221,6 +221,12 @@ def message_mlp_products(batch: int, nb_nodes: int, hidden: int, steps: int) -> 
   return 6 * 2.0 * batch * nb_nodes**2 * hidden**2 * steps
 
 
+def _processor_steps(res: Dict[str, Any]) -> int:
+  """Processor calls in a step: one per trajectory step but the last, and the first
+  step's always (a batch of one-step trajectories still runs it)."""
+  return max(1, res["max_length"] - 1)
+
+
 def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
   """Mean over the sizes of one cycle: stage x phase ms per step, and shares."""
   n = len(per_size)
@@ -292,7 +298,7 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
       _log(f"{algorithm} {impl} n={n}: {per_size[str(n)]['wall_ms']:.0f} ms wall")
     res = {"per_size": per_size, "summary": summarize(per_size)}
     if impl == "ours":
-      flops = sum(message_mlp_products(batch, int(n), hidden, r["max_length"] - 1)
+      flops = sum(message_mlp_products(batch, int(n), hidden, _processor_steps(r))
                   for n, r in per_size.items()) / len(per_size)
       mlp_ms = res["summary"]["stages"]["message_mlp"]["total"]
       res["message_mlp_gflops"] = flops / (mlp_ms / 1e3) / 1e9 if mlp_ms else None
@@ -300,7 +306,7 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
           batch * max(stream.lengths) ** 2, hidden)
       for n, r in per_size.items():
         r["mlp_floor_ms"] = 1e3 * message_mlp_products(
-            batch, int(n), hidden, r["max_length"] - 1) / (
+            batch, int(n), hidden, _processor_steps(r)) / (
                 matmul_limit_gflops(batch * int(n) ** 2, hidden) * 1e9)
     out[impl] = res
   if "ours" in out and "clrs" in out:
