@@ -20,8 +20,8 @@ adds a cost per thunk).  With both impls, `ceiling` says how far ours can get
 (`ceiling()`).
 
 `matmul_limit_gflops` times the message MLP's [B*N*N, H] x [H, H] product alone
-in this process: the message MLP's achieved rate over it says how close that
-stage is to the machine's limit.  Timings share the CPU with whatever else runs.
+in this process, per size (the algorithm's: at its largest size): the message MLP's
+achieved rate over it says how close that stage is to the machine's limit.  Timings share the CPU with whatever else runs.
 """
 
 from __future__ import annotations
@@ -298,16 +298,14 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
       _log(f"{algorithm} {impl} n={n}: {per_size[str(n)]['wall_ms']:.0f} ms wall")
     res = {"per_size": per_size, "summary": summarize(per_size)}
     if impl == "ours":
-      flops = sum(message_mlp_products(batch, int(n), hidden, _processor_steps(r))
-                  for n, r in per_size.items()) / len(per_size)
+      for n, r in per_size.items():
+        r["mlp_flops"] = message_mlp_products(batch, int(n), hidden, _processor_steps(r))
+        r["matmul_limit_gflops"] = matmul_limit_gflops(batch * int(n) ** 2, hidden)
+        r["mlp_floor_ms"] = 1e3 * r["mlp_flops"] / (r["matmul_limit_gflops"] * 1e9)
+      flops = sum(r["mlp_flops"] for r in per_size.values()) / len(per_size)
       mlp_ms = res["summary"]["stages"]["message_mlp"]["total"]
       res["message_mlp_gflops"] = flops / (mlp_ms / 1e3) / 1e9 if mlp_ms else None
-      res["matmul_limit_gflops"] = matmul_limit_gflops(
-          batch * max(stream.lengths) ** 2, hidden)
-      for n, r in per_size.items():
-        r["mlp_floor_ms"] = 1e3 * message_mlp_products(
-            batch, int(n), hidden, _processor_steps(r)) / (
-                matmul_limit_gflops(batch * int(n) ** 2, hidden) * 1e9)
+      res["matmul_limit_gflops"] = per_size[max(per_size, key=int)]["matmul_limit_gflops"]
     out[impl] = res
   if "ours" in out and "clrs" in out:
     out["ceiling"] = ceiling(out["ours"]["per_size"], out["clrs"]["per_size"])
