@@ -21,7 +21,8 @@ adds a cost per thunk).  With both impls, `ceiling` says how far ours can get
 
 `matmul_limit_gflops` times the message MLP's [B*N*N, H] x [H, H] product alone
 in this process, per size (the algorithm's: at its largest size): the message MLP's
-achieved rate over it says how close that stage is to the machine's limit.  Timings share the CPU with whatever else runs.
+achieved rate over it says how close that stage is to the machine's limit.  Timings
+share the CPU with whatever else runs.
 """
 
 from __future__ import annotations
@@ -116,17 +117,19 @@ def duration_bucket(us: float) -> str:
   return "<10us" if us < 10 else "10-100us" if us < 100 else ">=100us"
 
 
+def _timed(run) -> float:
+  t0 = time.perf_counter()
+  run()
+  return time.perf_counter() - t0
+
+
 def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   """Stage x phase milliseconds per call of `run` (already compiled and warm)."""
   table = instruction_table(hlo_text)
   logdir = tempfile.mkdtemp(prefix="nar_markov_profile_")
   try:
-    wall = []
     jax.profiler.start_trace(logdir)
-    for _ in range(reps):
-      t0 = time.perf_counter()
-      run()
-      wall.append(time.perf_counter() - t0)
+    wall = [_timed(run) for _ in range(reps)]
     jax.profiler.stop_trace()
     events = _trace_events(logdir)
   finally:
@@ -170,12 +173,6 @@ def _ours_step(net):
   return jax.jit(step)
 
 
-def _timed(run) -> float:
-  t0 = time.perf_counter()
-  run()
-  return time.perf_counter() - t0
-
-
 def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,
                  reps: int, seed: int = 0) -> Dict[str, Any]:
   if impl == "ours":
@@ -206,13 +203,9 @@ def matmul_limit_gflops(rows: int, hidden: int, reps: int = 5) -> float:
   x = jnp.ones((rows, hidden), jnp.float32)
   w = jnp.ones((hidden, hidden), jnp.float32)
   f = jax.jit(jnp.dot)
-  f(x, w).block_until_ready()
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    f(x, w).block_until_ready()
-    times.append(time.perf_counter() - t0)
-  return 2.0 * rows * hidden * hidden / min(times) / 1e9
+  run = lambda: f(x, w).block_until_ready()
+  run()
+  return 2.0 * rows * hidden * hidden / min(_timed(run) for _ in range(reps)) / 1e9
 
 
 def message_mlp_products(batch: int, nb_nodes: int, hidden: int, steps: int) -> float:
