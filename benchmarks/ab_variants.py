@@ -38,12 +38,12 @@ from nar_markov import model as model_lib
 VARIANTS = ("default", "noremat", "exactT")
 
 
-def _learner(name: str, spec, nb_dims, hidden: int) -> learner.Learner:
-  net = bench.ours_model(spec, nb_dims, hidden)
+def _learner(name: str, algorithm: str, nb_dims, hidden: int) -> learner.Learner:
+  net = bench.ours_model(algorithm, nb_dims, hidden)
   if name != "noremat":
     return net
-  return learner.Learner([spec], [nb_dims], dataclasses.replace(net.config, remat=False),
-                         net.optimizer)
+  return learner.Learner(net.specs, [nb_dims], dataclasses.replace(net.config, remat=False),
+                         net.optimizer, algorithms=net.algorithms)
 
 
 def ab(algorithm: str, reps: int, hidden: int = 128, batch: int = 32,
@@ -54,7 +54,7 @@ def ab(algorithm: str, reps: int, hidden: int = 128, batch: int = 32,
   nb_dims = model_lib.nb_dims_of(drawn[0])
   runs = {}
   for name in VARIANTS:
-    net = _learner(name, stream.spec, nb_dims, hidden)
+    net = _learner(name, algorithm, nb_dims, hidden)
     params, opt_state = net.init_state(0, [bench.ours_batch(algorithm, drawn[0]).features])
     batches = [fb if name == "exactT" else bench.ours_batch(algorithm, fb) for fb in drawn]
     runs[name] = [net, params, opt_state, batches]

@@ -165,7 +165,7 @@ def ours_batch(algorithm: str, feedback: clrs.Feedback) -> clrs.Feedback:
 # -- the two implementations --------------------------------------------------------
 
 
-def ours_model(spec, nb_dims, hidden: int) -> learner.Learner:
+def ours_model(algorithm: str, nb_dims, hidden: int) -> learner.Learner:
   """Our baseline's model, as run_experiment builds it."""
   config = model_lib.NetConfig(hidden_size=int(hidden), history="full",
                                processor="triplet_gmpnn", use_ln=True,
@@ -174,12 +174,13 @@ def ours_model(spec, nb_dims, hidden: int) -> learner.Learner:
                                encoder_init="xavier_on_scalars")
   optimizer = learner.make_optimizer(LEARNING_RATE, PROTOCOL_TRAIN_STEPS,
                                    GRAD_CLIP_MAX_NORM)
-  return learner.Learner([spec], [nb_dims], config, optimizer)
+  return learner.Learner([data.get_spec(algorithm)], [nb_dims], config, optimizer,
+                         algorithms=[algorithm])
 
 
-def build_ours(spec, nb_dims, hidden: int, rng_seed: int, init_feedback):
+def build_ours(algorithm: str, nb_dims, hidden: int, rng_seed: int, init_feedback):
   """(model, params, opt_state) of our baseline, as run_experiment builds it."""
-  net = ours_model(spec, nb_dims, hidden)
+  net = ours_model(algorithm, nb_dims, hidden)
   params, opt_state = net.init_state(rng_seed, [init_feedback.features])
   return net, params, opt_state
 
@@ -212,7 +213,7 @@ class OursTrainer:
   def __init__(self, algorithm, spec, hidden, seed, first_feedback):
     self.algorithm = algorithm
     self.net, self.params, self.opt_state = build_ours(
-        spec, model_lib.nb_dims_of(first_feedback), hidden, seed,
+        algorithm, model_lib.nb_dims_of(first_feedback), hidden, seed,
         ours_batch(algorithm, first_feedback))
     self._lambda = np.float32(0.0)
     self._seed = seed
@@ -453,7 +454,7 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   nb_nodes = data.nb_nodes_of(test)
   if impl == "ours":
     batch_size = learner.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
-    net = ours_model(spec, model_lib.nb_dims_of(test), hidden)
+    net = ours_model(algorithm, model_lib.nb_dims_of(test), hidden)
     # dm-clrs's own initial parameters (the clrs worker's, same seed): the
     # two passes compute the same function, so the scores must agree.
     params = build_clrs(spec, init_feedback, hidden, seed + 1).params
@@ -574,7 +575,7 @@ def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
   test_nodes = data.nb_nodes_of(test)
   evals_per_run = PROTOCOL_TRAIN_STEPS // PROTOCOL_EVAL_EVERY_STEPS
 
-  net = ours_model(spec, model_lib.nb_dims_of(test), hidden)
+  net = ours_model(algorithm, model_lib.nb_dims_of(test), hidden)
   params = net.init(jax.random.PRNGKey(seed), [data.take_samples(val, 1).features])
   clrs_model = build_clrs(spec, data.take_samples(val, 1), hidden, seed + 1)
   key = jax.random.PRNGKey(seed)

@@ -61,7 +61,7 @@ def fingerprint(algorithm: str, history: str, steps: int) -> Dict[str, Any]:
   config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=NB_TRIPLET_FTS,
                                history=history)
   net = learner.Learner([stream.spec], [model_lib.nb_dims_of(batches[0])], config,
-                        learner.make_optimizer(1e-3, 100, 1.0))
+                        learner.make_optimizer(1e-3, 100, 1.0), algorithms=[algorithm])
   params, opt_state = net.init_state(0, [batches[0].features])
   losses = []
   for step, feedback in enumerate(batches):

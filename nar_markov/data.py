@@ -168,6 +168,30 @@ def _trajectory_lengths() -> Dict[str, Any]:
   return json.loads(_TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]
 
 
+# Algorithms whose hint-trajectory length at n nodes has an upper bound (a
+# Python expression in n) that the measured max of every train size reaches
+# (clrs30_trajectory_lengths.json; tests/test_data.py checks both).
+T_BOUND = {
+    "insertion_sort": "n", "minimum": "n", "find_maximum_subarray_kadane": "n",
+    "floyd_warshall": "n", "matrix_chain_order": "n - 1",
+    "activity_selector": "n + 1", "task_scheduling": "n + 1", "dijkstra": "n + 1",
+    "mst_prim": "n + 1", "optimal_bst": "n + 1", "dfs": "3 * n",
+    "dag_shortest_paths": "3 * n + 1", "strongly_connected_components": "6 * n",
+    "bubble_sort": "n * (n - 1) // 2 + 1", "binary_search": "ceil(log2(n)) + 1",
+    "segments_intersect": "5",
+}
+
+
+def trajectory_bound(algorithm: str, nb_nodes: int) -> Optional[int]:
+  """The most hint steps a trajectory of `algorithm` at `nb_nodes` can have, where
+  known (a `T_BOUND` algorithm at a measured train size); else None."""
+  algorithm = check_algorithm(algorithm)
+  if algorithm not in T_BOUND:
+    return None
+  measured = _trajectory_lengths()[algorithm]["train_T"].get(str(int(nb_nodes)))
+  return None if measured is None else int(measured)
+
+
 def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
   """Hint time length to pad a train batch of max length `T` to.
 
@@ -177,17 +201,24 @@ def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
   One shape per train size is one compilation per size: the headroom is
   there because dm-clrs's running max sometimes exceeds the measured max.
   Padding costs the fast net (nar_markov.fastnet) next to nothing -- it
-  skips every step after the batch's longest trajectory -- whereas
-  `impl='reference'` runs them (a multiple-of-8 rule cost it 1.8x per step
-  on bfs at 11 nodes).
+  skips every step after the batch's longest trajectory, and scans no
+  further than `trajectory_bound` -- whereas `impl='reference'` runs
+  them (a multiple-of-8 rule cost it 1.8x per step on bfs at 11 nodes).
+  A `T_BOUND` algorithm's `T` past its bound is an error: the fast net
+  would not run those steps.
   """
   measured = _trajectory_lengths()[check_algorithm(algorithm)][
       "train_T"].get(str(int(nb_nodes)))
   T = max(1, int(T))
+  limit = trajectory_bound(algorithm, nb_nodes)
+  if limit is not None and T > limit:
+    raise ValueError(f"{algorithm} at {nb_nodes} nodes: a batch of {T} hint steps "
+                     f"(a trajectory that long), past its bound {T_BOUND[algorithm]} "
+                     f"= {limit}")
   if measured is not None:
-    bound = int(measured) + max(2, int(measured) // 4)
-    if T <= bound:
-      return bound
+    bucket = int(measured) + max(2, int(measured) // 4)
+    if T <= bucket:
+      return bucket
   granule = 1 << max(0, T.bit_length() - 4)
   return -(-T // granule) * granule
 

@@ -106,7 +106,7 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
   # Never stepped: the optimizer is only there because Model wants one.
   optimizer = learner.make_optimizer(1e-3, 1, 1.0)
   return learner.Learner([data.get_spec(a) for a in algorithms], [dict(d) for d in nb_dims],
-                     config, optimizer)
+                     config, optimizer, algorithms=list(algorithms))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,6 +29,7 @@ from clrs._src import encoders
 from clrs._src import probing
 from clrs._src import specs
 
+from nar_markov import data
 from nar_markov import model as model_lib
 
 _Stage = specs.Stage
@@ -411,6 +412,11 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
 # -- the net ---------------------------------------------------------------------
 
 
+def _pad_steps(x: chex.Array, nb_steps: int) -> chex.Array:
+  """x [S, ...] with zeros appended to [nb_steps, ...]."""
+  return jnp.pad(x, [(0, nb_steps - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+
+
 class _Pass(NamedTuple):
   """What every step of one forward pass shares, built once per call by `FastNet._prepare`."""
   start: Encoded                 # the inputs, encoded once
@@ -439,7 +445,16 @@ class _Pass(NamedTuple):
 
 
 class FastNet(model_lib.Net):
-  """`model.Net` (same parameters, same function), with the work cut (module doc)."""
+  """`model.Net` (same parameters, same function), with the work cut (module doc).
+
+  `algorithms` (names, one per spec; optional): the scan stops at each one's
+  `data.trajectory_bound` where it has one.
+  """
+
+  def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
+               algorithms: Optional[List[str]] = None, name: str = "net"):
+    super().__init__(specs_, nb_dims, config, name=name)
+    self._algorithms = None if algorithms is None else list(algorithms)
 
   def _step(self, p: _Pass, hint_dps, hidden):
     cfg = self._config
@@ -559,9 +574,18 @@ class FastNet(model_lib.Net):
       if cfg.remat:
         body = hk.remat(body, policy=jax.checkpoint_policies.save_only_these_names(
             *_REMAT_SAVES))
-      (_, _, last_in), (rest_hints, rest_gate, rest_norm) = hk.scan(
+      # Steps past the algorithm's bound on trajectory length are finished
+      # ones in every batch: not scanned, their (zero) outputs padded on.  At
+      # least two scanned steps: XLA inlines a loop of one, and the inlined
+      # step fuses with its neighbours into other float round-off.
+      bound = (None if self._algorithms is None else
+               data.trajectory_bound(self._algorithms[algorithm_index], p.nb_nodes))
+      nb_scanned = nb_mp_steps if bound is None else min(nb_mp_steps, max(3, bound - 1))
+      (_, _, last_in), per_step = hk.scan(
           body, (hidden, hint_preds, last_in),
-          jnp.arange(1, nb_mp_steps), length=nb_mp_steps - 1)
+          jnp.arange(1, nb_scanned), length=nb_scanned - 1)
+      rest_hints, rest_gate, rest_norm = jax.tree_util.tree_map(
+          lambda x: _pad_steps(x, nb_mp_steps - 1), per_step)
       all_hint_preds = ({k: jnp.concatenate([hint_preds[k][None], rest_hints[k]])
                          for k in hint_preds} if collect_hints else {})
       gate_sum = jnp.concatenate([gate_sum[None], rest_gate])

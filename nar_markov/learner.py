@@ -10,6 +10,7 @@ several algorithms with one summed update are built here too.  The training loop
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any, Dict, Optional, Sequence
@@ -42,13 +43,22 @@ class Learner:
   """Pure train/eval functions of one Net over one or more algorithms."""
 
   def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
-               optimizer: optax.GradientTransformation):
+               optimizer: optax.GradientTransformation,
+               algorithms: Optional[Sequence[str]] = None):
+    """`algorithms`: the specs' names, if known (the fast net then scans no
+    further than their `data.trajectory_bound`)."""
     self.specs = list(specs_)
     self.nb_dims = list(nb_dims)
     self.config = config
     self.optimizer = optimizer
+    self.algorithms = None if algorithms is None else list(algorithms)
+    if self.algorithms is not None and [data.get_spec(a) for a in self.algorithms] != self.specs:
+      raise ValueError(f"algorithms {self.algorithms} do not match the specs given")
 
-    net_cls = fastnet.FastNet if config.fast else model_lib.Net
+    if config.fast:
+      net_cls = functools.partial(fastnet.FastNet, algorithms=self.algorithms)
+    else:
+      net_cls = model_lib.Net
 
     def forward(features, algorithm_index, repred, hidden_override=None,
                 max_length=None, collect_hints=True):

@@ -114,7 +114,8 @@ def _make_job(resolved: "Resolved") -> "_Job":
   updates_per_step = 1 if summed else len(tasks)
   optimizer = learner.make_optimizer(p.learning_rate, p.horizon * updates_per_step,
                                      p.grad_clip_max_norm)
-  net = learner.Learner(specs, nb_dims, net_config, optimizer)
+  net = learner.Learner(specs, nb_dims, net_config, optimizer,
+                        algorithms=[t.algorithm for t in tasks])
   return _Job(
       model=resolved.model, tasks=tasks, multitask=resolved.multitask,
       summed_step=learner.make_summed_train_step(net, len(tasks)) if summed else None,

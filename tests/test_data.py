@@ -1,5 +1,7 @@
 """The CLRS-30 data layer: official draws, run.py's train stream, cache, shapes."""
 
+import json
+import math
 import pickle
 import subprocess
 import sys
@@ -331,6 +333,31 @@ def test_time_bucket_rule():
   assert data.time_bucket("naive_string_matcher", 20, 33) == 36
   assert data.time_bucket("bfs", 5, 6) == 6  # size never measured
   assert data.time_bucket("bfs", 5, 1) == 1
+
+
+def test_trajectory_bounds_are_the_measured_maxima():
+  table = json.loads(data._TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]  # pylint: disable=protected-access
+  for algorithm, bound in data.T_BOUND.items():
+    for n, measured in table[algorithm]["train_T"].items():
+      assert measured == eval(bound, {"n": int(n), "ceil": math.ceil,  # pylint: disable=eval-used
+                                      "log2": math.log2}), (algorithm, n)
+      assert data.trajectory_bound(algorithm, int(n)) == measured
+  assert table["bubble_sort"]["test_T"] == 64 * 63 // 2 + 1   # reached at 64 nodes too
+  assert data.trajectory_bound("insertion_sort", 64) is None  # not a train size
+  assert data.trajectory_bound("bfs", 16) is None             # no bound
+  # The bucket keeps its headroom (the padded shape is unchanged); past the bound is an error.
+  assert data.time_bucket("insertion_sort", 16, 16) == 20
+  with pytest.raises(ValueError, match="past its bound n = 16"):
+    data.time_bucket("insertion_sort", 16, 17)
+
+
+@pytest.mark.parametrize("algorithm", ["binary_search", "dijkstra", "dfs"])
+def test_train_streams_stay_within_the_trajectory_bound(algorithm):
+  stream = data.TrainStream(algorithm, seed=0, batch_size=32, lengths=(4, 7))
+  for _ in range(6):
+    nb_nodes = stream.next_nb_nodes
+    batch = next(stream)   # time_bucket raises past the bound
+    assert batch.features.lengths.max() <= data.trajectory_bound(algorithm, nb_nodes)
 
 
 def test_bfs_train_stream_has_few_time_shapes():

@@ -133,6 +133,34 @@ def test_time_padding_and_skipped_steps_change_nothing():
   np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)
 
 
+@pytest.mark.parametrize("algorithm", ["dijkstra", "binary_search"])
+def test_scan_stops_at_the_trajectory_bound_exactly(algorithm):
+  """With the algorithm named, the fast net scans no further than its
+  trajectory bound: the same bits as scanning the whole time bucket, and the
+  reference net's function."""
+  stream = data.TrainStream(algorithm, seed=0, batch_size=3, lengths=(7,))
+  feedback = next(stream)
+  T = feedback.features.hints[0].data.shape[0]
+  assert T - 1 > data.trajectory_bound(algorithm, 7)   # padded past the bound
+  models = _models(stream.spec, feedback, history="full")
+  models["bounded"] = learner.Learner(
+      [stream.spec], [model_lib.nb_dims_of(feedback)], models["fast"].config,
+      models["fast"].optimizer, algorithms=[algorithm])
+  params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
+  key = jax.random.PRNGKey(1)
+  results = {}
+  for impl, m in models.items():
+    grads, losses = jax.grad(lambda p, m=m: (lambda l: (l.total, l))(
+        m.loss(p, feedback, 0.0, 0, key)), has_aux=True)(params)
+    results[impl] = (losses, grads, m.eval_batch(params, feedback, 0, True))
+  for x, y in zip(jax.tree_util.tree_leaves(results["fast"]),
+                  jax.tree_util.tree_leaves(results["bounded"])):
+    np.testing.assert_array_equal(x, y)
+  np.testing.assert_allclose(float(results["bounded"][0].total),
+                             float(results["reference"][0].total), rtol=1e-5)
+  _assert_trees_close(results["reference"][1], results["bounded"][1], rtol=1e-4)
+
+
 def _assert_vjp_is_autodiff(fused, naive, args, g):
   """`fused` (custom VJP) and `naive` agree in value and in their VJP of g."""
   out, vjp = jax.vjp(fused, *args)
