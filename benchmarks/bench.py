@@ -210,7 +210,7 @@ def build_clrs(spec, dummy_feedback, hidden: int, init_seed: int):
 class OursTrainer:
   """One train step at a time, as run_experiment's loop runs it."""
 
-  def __init__(self, algorithm, spec, hidden, seed, first_feedback):
+  def __init__(self, algorithm, hidden, seed, first_feedback):
     self.algorithm = algorithm
     self.net, self.params, self.opt_state = build_ours(
         algorithm, model_lib.nb_dims_of(first_feedback), hidden, seed,
@@ -294,7 +294,7 @@ def measure_steady_state(algorithm: str, *, steps: int = 30, hidden: int = 128,
     stream = ClrsTrainStream(algorithm, seed=seed, batch_size=batch,
                              lengths=tuple(lengths))
     first = next(stream)
-    trainers = {"ours": OursTrainer(algorithm, stream.spec, hidden, seed, first),
+    trainers = {"ours": OursTrainer(algorithm, hidden, seed, first),
                 "clrs": ClrsTrainer(stream.spec, hidden, seed, first)}
     times = {k: [] for k in trainers}
     sizes = {k: [] for k in trainers}
@@ -380,7 +380,7 @@ def compile_run(impl: str, algorithm: str, *, steps: int, hidden: int,
   first = next(stream)
   if impl == "ours":
     # OursTrainer pads again; padding a padded batch to its bucket is a no-op.
-    trainer = OursTrainer(algorithm, stream.spec, hidden, seed, first)
+    trainer = OursTrainer(algorithm, hidden, seed, first)
   else:
     trainer = ClrsTrainer(stream.spec, hidden, seed, first)
   shapes = set()

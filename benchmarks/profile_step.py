@@ -176,7 +176,7 @@ def _ours_step(net):
 def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,
                  reps: int, seed: int = 0) -> Dict[str, Any]:
   if impl == "ours":
-    trainer = bench.OursTrainer(algorithm, spec, hidden, seed, feedback)
+    trainer = bench.OursTrainer(algorithm, hidden, seed, feedback)
     batch = bench.ours_batch(algorithm, feedback)
     key = trainer.net.step_key(seed, 0)
     args = (trainer.params, trainer.opt_state, batch, key)
