@@ -150,8 +150,10 @@ def test_scan_stops_at_the_trajectory_bound_exactly(algorithm):
   key = jax.random.PRNGKey(1)
   results = {}
   for impl, m in models.items():
-    grads, losses = jax.grad(lambda p, m=m: (lambda l: (l.total, l))(
-        m.loss(p, feedback, 0.0, 0, key)), has_aux=True)(params)
+    def total(p, m=m):
+      losses = m.loss(p, feedback, 0.0, 0, key)
+      return losses.total, losses
+    grads, losses = jax.grad(total, has_aux=True)(params)
     results[impl] = (losses, grads, m.eval_batch(params, feedback, 0, True))
   for x, y in zip(jax.tree_util.tree_leaves(results["fast"]),
                   jax.tree_util.tree_leaves(results["bounded"])):
