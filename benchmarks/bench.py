@@ -507,17 +507,30 @@ def _truncate_time(feedback: clrs.Feedback, steps: Optional[int]) -> clrs.Feedba
       hints=hints, lengths=lengths))
 
 
-def _time_calls(fn, reps: int) -> Dict[str, float]:
-  """First call (compiles) and the median of `reps` more."""
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn())
-  first = time.perf_counter() - t0
-  times = []
-  for _ in range(reps):
+def _time_alternating(fns: Dict[str, Any], reps: int) -> Dict[str, Dict[str, float]]:
+  """Each call's first run (it compiles), then `reps` rounds timing every call
+  once, the order reversed each round; the median of each call's rounds.
+
+  Not one call's reps back to back: glibc's malloc adapts its mmap and trim
+  thresholds to the sizes a process frees, so the first call timed after
+  start-up paid page faults on every run (kadane's validation batch: 150 ms
+  for the first call timed, 78 ms once the other had run, either way round).
+  Alternating gives both the same allocator state, as the train loop does.
+  """
+  first = {}
+  for name, fn in fns.items():
     t0 = time.perf_counter()
     jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
-  return {"first_s": first, "s": statistics.median(times)}
+    first[name] = time.perf_counter() - t0
+  times = {name: [] for name in fns}
+  order = list(fns)
+  for r in range(reps):
+    for name in (order if r % 2 == 0 else order[::-1]):
+      t0 = time.perf_counter()
+      jax.block_until_ready(fns[name]())
+      times[name].append(time.perf_counter() - t0)
+  return {name: {"first_s": first[name], "s": statistics.median(times[name])}
+          for name in fns}
 
 
 def _steps_run(feedback: clrs.Feedback, impl: str) -> int:
@@ -554,6 +567,8 @@ def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
   Ours also pays for drawing the samples of each evaluation (`draw_s`).
   Test (both, once): the official test split, ours in
   `learner.default_test_batch_size` sub-batches, dm-clrs in batches of 32.
+  The four calls (ours and dm-clrs, validation and test) are timed in
+  alternating rounds after each has run once (`_time_alternating`).
   A batch is timed on the split's first samples and its time is multiplied by
   the number of batches: an estimate, since batches differ in their longest
   trajectory, which is all that ours' cost depends on.  `time_steps` cuts
@@ -596,18 +611,28 @@ def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
          "test_samples": n_test, "test_nb_nodes": test_nodes,
          "val_nb_nodes": data.nb_nodes_of(val), "pool_build_s": pool_s,
          "time_steps": time_steps}
+  fns, batches = {}, {}
   for impl in ("ours", "clrs"):
-    out = {}
     for split, feedback in (("val", val), ("test", test)):
-      size, nb_batches = plan[impl][split]
+      size, _ = plan[impl][split]
       full, _ = next(data.eval_batches(feedback, size))
       batch = _truncate_time(full, time_steps)
+      batches[impl, split] = (full, batch)
       if impl == "ours":
         with_hints = split == "val"
-        fn = lambda b=batch, h=with_hints: net.eval_batch(params, b, 0, h)
+        fns[impl, split] = lambda b=batch, h=with_hints: net.eval_batch(params, b, 0, h)
       else:
-        fn = lambda b=batch: clrs_model.predict(key, b.features)
-      timing = _time_calls(fn, reps)
+        fns[impl, split] = lambda b=batch: clrs_model.predict(key, b.features)
+  # ours val, clrs val, ours test, clrs test: each split's pair side by side.
+  timings = _time_alternating(
+      {k: fns[k] for k in sorted(fns, key=lambda k: (k[1] != "val", k[0] != "ours"))},
+      reps)
+  for impl in ("ours", "clrs"):
+    out = {}
+    for split in ("val", "test"):
+      size, nb_batches = plan[impl][split]
+      full, batch = batches[impl, split]
+      timing = timings[impl, split]
       batch_s = timing["s"] * _steps_run(full, impl) / _steps_run(batch, impl)
       scale = 1.0
       if impl == "clrs" and split == "test" and size != CLRS_TEST_BATCH_SIZE:

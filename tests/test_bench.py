@@ -195,6 +195,16 @@ def test_eval_costs_scale_to_a_run():
     assert s["val_share"] == pytest.approx(s["val_s"] / s["run_s"])
 
 
+def test_eval_calls_are_timed_alternating_after_a_first_run():
+  calls = []
+  fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+  timings = bench._time_alternating(fns, reps=3)  # pylint: disable=protected-access
+  # One untimed first run each, then rounds in order, reversed, in order.
+  assert calls == ["a", "b", "c"] + ["a", "b", "c"] + ["c", "b", "a"] + ["a", "b", "c"]
+  assert set(timings) == {"a", "b", "c"}
+  assert all(t["s"] >= 0 and t["first_s"] >= 0 for t in timings.values())
+
+
 def test_truncated_eval_batch_cuts_time_and_lengths():
   feedback = next(data.TrainStream("dfs", seed=0, batch_size=4, lengths=(7,)))
   cut = bench._truncate_time(feedback, 5)  # pylint: disable=protected-access
