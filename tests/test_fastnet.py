@@ -44,6 +44,19 @@ def _batch(algorithm, extra_steps=2, batch_size=3):
   return data.get_spec(algorithm), data.pad_time(feedback, T + extra_steps)
 
 
+def _losses_grads_preds(models, params, feedback, lambda_gate):
+  """{impl: (losses, gradients, predictions, extras)} of each model at `params`."""
+  key = jax.random.PRNGKey(1)
+  results = {}
+  for impl, m in models.items():
+    def total(p, m=m):
+      losses = m.loss(p, feedback, lambda_gate, 0, key)
+      return losses.total, losses
+    grads, losses = jax.grad(total, has_aux=True)(params)
+    results[impl] = (losses, grads) + tuple(m.eval_batch(params, feedback, 0, True))
+  return results
+
+
 def _models(spec, feedback, history="gated"):
   out = {}
   for impl in ("reference", "fast"):
@@ -76,15 +89,7 @@ def test_fast_equals_reference(algorithm):
                   jax.tree_util.tree_leaves(fast_params)):
     np.testing.assert_array_equal(x, y)
 
-  key = jax.random.PRNGKey(1)
-  results = {}
-  for impl, m in models.items():
-    def total(p, m=m):
-      losses = m.loss(p, feedback, 0.1, 0, key)
-      return losses.total, losses
-    grads, losses = jax.grad(total, has_aux=True)(params)
-    preds, extras = m.eval_batch(params, feedback, 0, True)
-    results[impl] = (losses, grads, preds, extras)
+  results = _losses_grads_preds(models, params, feedback, lambda_gate=0.1)
   ref, fast = results["reference"], results["fast"]
   for field in ("total", "output", "hint", "gate_term"):
     np.testing.assert_allclose(float(getattr(fast[0], field)),
@@ -147,14 +152,7 @@ def test_scan_stops_at_the_trajectory_bound_exactly(algorithm):
       [stream.spec], [model_lib.nb_dims_of(feedback)], models["fast"].config,
       models["fast"].optimizer, algorithms=[algorithm])
   params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
-  key = jax.random.PRNGKey(1)
-  results = {}
-  for impl, m in models.items():
-    def total(p, m=m):
-      losses = m.loss(p, feedback, 0.0, 0, key)
-      return losses.total, losses
-    grads, losses = jax.grad(total, has_aux=True)(params)
-    results[impl] = (losses, grads, m.eval_batch(params, feedback, 0, True))
+  results = _losses_grads_preds(models, params, feedback, lambda_gate=0.0)
   for x, y in zip(jax.tree_util.tree_leaves(results["fast"]),
                   jax.tree_util.tree_leaves(results["bounded"])):
     np.testing.assert_array_equal(x, y)
