@@ -507,7 +507,7 @@ def _truncate_time(feedback: clrs.Feedback, steps: Optional[int]) -> clrs.Feedba
       hints=hints, lengths=lengths))
 
 
-def _time_alternating(fns: Dict[str, Any], reps: int) -> Dict[str, Dict[str, float]]:
+def _time_alternating(fns: Dict[Any, Any], reps: int) -> Dict[Any, Dict[str, float]]:
   """Each call's first run (it compiles), then `reps` rounds timing every call
   once, the order reversed each round; the median of each call's rounds.
 
