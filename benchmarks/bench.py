@@ -611,9 +611,9 @@ def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
          "test_samples": n_test, "test_nb_nodes": test_nodes,
          "val_nb_nodes": data.nb_nodes_of(val), "pool_build_s": pool_s,
          "time_steps": time_steps}
-  fns, batches = {}, {}
-  for impl in ("ours", "clrs"):
-    for split, feedback in (("val", val), ("test", test)):
+  fns, batches = {}, {}   # ours val, clrs val, ours test, clrs test: each pair side by side
+  for split, feedback in (("val", val), ("test", test)):
+    for impl in ("ours", "clrs"):
       size, _ = plan[impl][split]
       full, _ = next(data.eval_batches(feedback, size))
       batch = _truncate_time(full, time_steps)
@@ -623,10 +623,7 @@ def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
         fns[impl, split] = lambda b=batch, h=with_hints: net.eval_batch(params, b, 0, h)
       else:
         fns[impl, split] = lambda b=batch: clrs_model.predict(key, b.features)
-  # ours val, clrs val, ours test, clrs test: each split's pair side by side.
-  timings = _time_alternating(
-      {k: fns[k] for k in sorted(fns, key=lambda k: (k[1] != "val", k[0] != "ours"))},
-      reps)
+  timings = _time_alternating(fns, reps)
   for impl in ("ours", "clrs"):
     out = {}
     for split in ("val", "test"):
