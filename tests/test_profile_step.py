@@ -29,3 +29,39 @@ def test_tiny_profile_of_both_impls(tmp_path):
   # dm-clrs's step over ours, and over the message MLP's floor under ours' step.
   assert c["ratio_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
                                                    / c["at_limit_share_cycle"])
+  # The products outside the remat: a floor under ours' step, dm-clrs's over it.
+  products = report["algorithms"]["bfs"]["ours"]["per_size"]["4"]["products_ms"]
+  assert products["fwd"] > 0 and products["bwd"] > 0
+  assert 0 < c["products_share_cycle"] < 1 and 0 < c["clrs_products_share_cycle"] < 1
+  assert c["ratio_products_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
+                                                            / c["products_share_cycle"])
+
+
+_HLO = """HloModule m
+
+%fused_computation.1 (p0: f32[4,8], p1: f32[8,8]) -> f32[4,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %p1 = f32[8,8]{1,0} parameter(1)
+  ROOT %dot.9 = f32[4,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_computation.2 (p0: f32[4,8]) -> f32[4] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %c = f32[] constant(0)
+  ROOT %reduce.3 = f32[4]{0} reduce(%p0, %c), dimensions={1}, to_apply=%add
+}
+
+ENTRY %main.5 (a: f32[4,8], w: f32[8,8]) -> f32[4] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %w = f32[8,8]{1,0} parameter(1)
+  %ynn_fusion = f32[4,8]{1,0} fusion(%a, %w), kind=kCustom, calls=%fused_computation.1
+  %dot.4 = f32[4,8]{1,0} dot(%ynn_fusion, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %ynn_fusion.1 = f32[4]{0} fusion(%dot.4), kind=kCustom, calls=%fused_computation.2
+}
+"""
+
+
+def test_products_are_dots_and_fusions_of_one():
+  products = profile_step.product_instructions(_HLO)
+  assert {"ynn_fusion", "dot.4"} <= products
+  assert "ynn_fusion.1" not in products and "reduce.3" not in products
