@@ -139,6 +139,16 @@ def duration_bucket(us: float) -> str:
   return "<10us" if us < 10 else "10-100us" if us < 100 else ">=100us"
 
 
+def covered_us(spans: Sequence[Tuple[float, float]]) -> float:
+  """How long at least one of the (start, end) spans runs: their union's length."""
+  covered, end = 0.0, float("-inf")
+  for a, b in sorted(spans):
+    if b > end:
+      covered += b - max(a, end)
+      end = b
+  return covered
+
+
 def _timed(run) -> float:
   t0 = time.perf_counter()
   run()
@@ -161,6 +171,7 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   by_op = collections.defaultdict(float)
   by_duration = collections.defaultdict(float)
   products_ms = dict.fromkeys(PHASES, 0.0)
+  product_spans = []
   nb_thunks = 0
   for e in events:
     entry = table.get(e["name"])
@@ -173,11 +184,14 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
     by_duration[duration_bucket(e["dur"])] += per_call_ms
     if e["name"] in products:
       products_ms[phase] += per_call_ms
+      if phase != "remat":
+        product_spans.append((e["ts"], e["ts"] + e["dur"]))
     nb_thunks += 1
   top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
   return {"ms": dict(ms), "busy_ms": sum(ms.values()),
           "wall_ms": 1e3 * float(np.median(wall)),
           "thunks": nb_thunks / reps, "products_ms": products_ms,
+          "products_wall_ms": covered_us(product_spans) / 1e3 / reps,
           "busy_ms_by_duration": {b: by_duration.get(b, 0.0) for b in DURATION_BUCKETS},
           "top_ops": [{"name": n, "ms": v, "opcode": table[n][0],
                        "op_name": table[n][1][-160:]} for n, v in top]}
@@ -335,8 +349,9 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
 
 
 def products_floor_ms(res: Dict[str, Any]) -> float:
-  """The matrix products of one step outside the remat, as XLA:CPU runs them."""
-  return res["products_ms"]["fwd"] + res["products_ms"]["bwd"]
+  """The matrix products of one step outside the remat, as XLA:CPU runs them: the
+  time at least one of them runs (two that overlap on the two cores count once)."""
+  return res["products_wall_ms"]
 
 
 def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
@@ -350,8 +365,9 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
 
   An exact rewrite (one that changes no committed number) keeps every matrix product
   at its shape, hence its kernel and its time: the products of ours' step outside the
-  remat (which only recomputes), timed in the step (`products_floor_ms`), are a second
-  floor, as long as XLA runs them one after another as it does now.
+  remat (which only recomputes), timed in the step (`products_floor_ms`: the time
+  at least one of them runs), are a second floor, as long as XLA overlaps them no
+  more than it does now.
   `ratio_products_ceiling` is dm-clrs's step over it, `products_share` its share of
   ours' step, `clrs_products_share` the share of all products in dm-clrs's.
 

@@ -32,6 +32,8 @@ def test_tiny_profile_of_both_impls(tmp_path):
   # The products outside the remat: a floor under ours' step, dm-clrs's over it.
   products = report["algorithms"]["bfs"]["ours"]["per_size"]["4"]["products_ms"]
   assert products["fwd"] > 0 and products["bwd"] > 0
+  wall = report["algorithms"]["bfs"]["ours"]["per_size"]["4"]["products_wall_ms"]
+  assert 0 < wall <= products["fwd"] + products["bwd"] + 1e-9
   assert 0 < c["products_share_cycle"] < 1 and 0 < c["clrs_products_share_cycle"] < 1
   assert c["ratio_products_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
                                                             / c["products_share_cycle"])
@@ -59,6 +61,11 @@ ENTRY %main.5 (a: f32[4,8], w: f32[8,8]) -> f32[4] {
   ROOT %ynn_fusion.1 = f32[4]{0} fusion(%dot.4), kind=kCustom, calls=%fused_computation.2
 }
 """
+
+
+def test_covered_counts_overlaps_once():
+  assert profile_step.covered_us([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17
+  assert profile_step.covered_us([]) == 0
 
 
 def test_products_are_dots_and_fusions_of_one():
