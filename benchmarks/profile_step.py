@@ -16,7 +16,9 @@ haiku module names (`_enc_`, `mpnn_aggr_clrs_processor`, `_dec_`).  `fwd`, `rema
 one cycle divided by their number (what a run sees); `busy_ms` sums thunk times
 (they may overlap on two threads), `wall_ms` is the step's wall time under the
 profiler and `untraced_ms` the fastest of `--reps` steps without it (the profiler
-adds a cost per thunk).  With both impls, `ceiling` says how far ours can get
+adds a cost per thunk); around those, `minor_faults`, `sys_ms` and `user_ms` per step
+count the pages the step touches fresh and the CPU time on both threads (the
+settings record `GLIBC_TUNABLES`, which changes how glibc hands memory back).  With both impls, `ceiling` says how far ours can get
 (`ceiling()`).
 
 `matmul_limit_gflops` times the message MLP's [B*N*N, H] x [H, H] product alone
@@ -33,8 +35,10 @@ import argparse
 import collections
 import gzip
 import json
+import os
 import pathlib
 import re
+import resource
 import shutil
 import sys
 import tempfile
@@ -157,6 +161,19 @@ def _timed(run) -> float:
   return time.perf_counter() - t0
 
 
+def untraced(run, reps: int) -> Dict[str, float]:
+  """The fastest of `reps` calls of `run` without the profiler, and per call: the
+  minor page faults (pages the kernel maps fresh, zeroed, on first touch), kernel
+  and user CPU time (both threads), from getrusage around the calls."""
+  before = resource.getrusage(resource.RUSAGE_SELF)
+  times = [_timed(run) for _ in range(reps)]
+  after = resource.getrusage(resource.RUSAGE_SELF)
+  return {"untraced_ms": 1e3 * min(times),
+          "minor_faults": (after.ru_minflt - before.ru_minflt) / reps,
+          "sys_ms": 1e3 * (after.ru_stime - before.ru_stime) / reps,
+          "user_ms": 1e3 * (after.ru_utime - before.ru_utime) / reps}
+
+
 def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   """Stage x phase milliseconds per call of `run` (already compiled and warm)."""
   table = instruction_table(hlo_text)
@@ -234,7 +251,7 @@ def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,
     run = lambda: jax.block_until_ready(compiled(*args[:4]))
   run()
   res = profile_calls(run, compiled.as_text(), impl, reps)
-  res["untraced_ms"] = 1e3 * min(_timed(run) for _ in range(reps))
+  res.update(untraced(run, reps))
   res["hint_time"] = bench.hint_time(batch if impl == "ours" else feedback)
   res["max_length"] = int(np.max(feedback.features.lengths))
   return res
@@ -278,8 +295,12 @@ def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     row["total"] = sum(row.values())
     row["share"] = row["total"] / busy if busy else 0.0
     stages[stage] = row
+  mean = lambda key: sum(r.get(key, 0.0) for r in per_size.values()) / n
   return {"stages": stages, "busy_ms": busy,
-          "wall_ms": sum(r["wall_ms"] for r in per_size.values()) / n,
+          "wall_ms": mean("wall_ms"), "untraced_ms": mean("untraced_ms"),
+          "minor_faults": mean("minor_faults"),
+          "first_touch_mb": mean("minor_faults") * resource.getpagesize() / 2**20,
+          "sys_ms": mean("sys_ms"), "user_ms": mean("user_ms"),
           "thunks": sum(r["thunks"] for r in per_size.values()) / n,
           "busy_share_by_duration": {b: v / busy if busy else 0.0
                                      for b, v in by_duration.items()}}
@@ -303,6 +324,12 @@ def markdown(report: Dict[str, Any]) -> str:
       lines.append(f"\n{algorithm} / {impl}: {s['wall_ms']:.0f} ms wall, "
                    f"{s['busy_ms']:.0f} ms busy per step (mean over sizes "
                    f"{', '.join(res['per_size'])})")
+      cpu = s["sys_ms"] + s["user_ms"]
+      lines.append(f"{s['minor_faults']:.0f} minor page faults per step "
+                   f"({s['first_touch_mb']:.0f} MB touched fresh); kernel time "
+                   f"{s['sys_ms']:.1f} of {cpu:.1f} ms CPU per step "
+                   f"({s['sys_ms'] / cpu if cpu else 0:.0%}), untraced step "
+                   f"{s['untraced_ms']:.1f} ms")
       lines.append(f"{s['thunks']:.0f} thunks per step; busy time in thunks of "
                    + ", ".join(f"{b}: {v:.0%}"
                                for b, v in s["busy_share_by_duration"].items()))
@@ -409,7 +436,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   bench.disable_persistent_cache()
   report = {"schema": SCHEMA, "machine": common.machine_info(),
             "settings": {"hidden": args.hidden, "batch": args.batch,
-                         "lengths": args.lengths, "reps": args.reps},
+                         "lengths": args.lengths, "reps": args.reps,
+                         # glibc's allocator settings change the page faults.
+                         "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")},
             "algorithms": {}}
   for algorithm in [a for a in args.algorithms.split(",") if a]:
     report["algorithms"][algorithm] = profile_algorithm(

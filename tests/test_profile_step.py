@@ -2,6 +2,8 @@
 step's thunks to stages and to duration buckets that add up to the busy time."""
 
 import json
+import mmap
+import resource
 
 import pytest
 
@@ -24,6 +26,10 @@ def test_tiny_profile_of_both_impls(tmp_path):
     assert s["thunks"] > 0 and s["busy_ms"] > 0
     assert sum(s["busy_share_by_duration"].values()) == pytest.approx(1.0)
     assert sum(row["share"] for row in s["stages"].values()) == pytest.approx(1.0)
+    # Page faults and CPU time per untraced step, read by getrusage.
+    assert s["minor_faults"] >= 0 and s["user_ms"] > 0 and s["sys_ms"] >= 0
+    assert s["untraced_ms"] > 0
+  assert "glibc_tunables" in report["settings"]
   c = report["algorithms"]["bfs"]["ceiling"]
   assert c["median_size"] == "4" and c["at_limit_share_cycle"] > 0
   # dm-clrs's step over ours, and over the message MLP's floor under ours' step.
@@ -72,3 +78,17 @@ def test_products_are_dots_and_fusions_of_one():
   products = profile_step.product_instructions(_HLO)
   assert {"ynn_fusion", "dot.4"} <= products
   assert "ynn_fusion.1" not in products and "reduce.3" not in products
+
+
+def test_untraced_counts_the_pages_a_call_touches_fresh():
+  page = resource.getpagesize()
+
+  def touch():  # a fresh anonymous mapping: every page faults on its first write
+    m = mmap.mmap(-1, 256 * page)
+    for i in range(0, 256 * page, page):
+      m[i] = 1
+    m.close()
+
+  res = profile_step.untraced(touch, reps=3)
+  assert res["minor_faults"] >= 256
+  assert res["untraced_ms"] > 0 and res["sys_ms"] >= 0
