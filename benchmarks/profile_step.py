@@ -16,10 +16,10 @@ haiku module names (`_enc_`, `mpnn_aggr_clrs_processor`, `_dec_`).  `fwd`, `rema
 one cycle divided by their number (what a run sees); `busy_ms` sums thunk times
 (they may overlap on two threads), `wall_ms` is the step's wall time under the
 profiler and `untraced_ms` the fastest of `--reps` steps without it (the profiler
-adds a cost per thunk); around those, `minor_faults`, `sys_ms` and `user_ms` per step
-count the pages the step touches fresh and the CPU time on both threads (the
-settings record `GLIBC_TUNABLES`, which changes how glibc hands memory back).  With both impls, `ceiling` says how far ours can get
-(`ceiling()`).
+adds a cost per thunk); around those, `minor_faults`, `sys_ms` and `user_ms` per
+step count the pages the step touches fresh and the CPU time on both threads (the
+settings record `GLIBC_TUNABLES`, which changes how glibc hands memory back).  With
+both impls, `ceiling` says how far ours can get (`ceiling()`).
 
 `matmul_limit_gflops` times the message MLP's [B*N*N, H] x [H, H] product alone
 in this process, per size (the algorithm's: at its largest size): the message MLP's
@@ -295,13 +295,13 @@ def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     row["total"] = sum(row.values())
     row["share"] = row["total"] / busy if busy else 0.0
     stages[stage] = row
-  mean = lambda key: sum(r.get(key, 0.0) for r in per_size.values()) / n
+  mean = lambda key: sum(r[key] for r in per_size.values()) / n
   return {"stages": stages, "busy_ms": busy,
           "wall_ms": mean("wall_ms"), "untraced_ms": mean("untraced_ms"),
           "minor_faults": mean("minor_faults"),
           "first_touch_mb": mean("minor_faults") * resource.getpagesize() / 2**20,
           "sys_ms": mean("sys_ms"), "user_ms": mean("user_ms"),
-          "thunks": sum(r["thunks"] for r in per_size.values()) / n,
+          "thunks": mean("thunks"),
           "busy_share_by_duration": {b: v / busy if busy else 0.0
                                      for b, v in by_duration.items()}}
 

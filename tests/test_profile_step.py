@@ -27,7 +27,8 @@ def test_tiny_profile_of_both_impls(tmp_path):
     assert sum(s["busy_share_by_duration"].values()) == pytest.approx(1.0)
     assert sum(row["share"] for row in s["stages"].values()) == pytest.approx(1.0)
     # Page faults and CPU time per untraced step, read by getrusage.
-    assert s["minor_faults"] >= 0 and s["user_ms"] > 0 and s["sys_ms"] >= 0
+    # (getrusage splits CPU time by ticks, so a tiny step may show none of either.)
+    assert s["minor_faults"] >= 0 and s["user_ms"] >= 0 and s["sys_ms"] >= 0
     assert s["untraced_ms"] > 0
   assert "glibc_tunables" in report["settings"]
   c = report["algorithms"]["bfs"]["ceiling"]
