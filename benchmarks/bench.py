@@ -112,7 +112,7 @@ CLRS_VAL_BATCH_SIZE = 32       # run.py's val batch_size (ours: Protocol.val_bat
 # Settings that must match for a report on disk to be resumed.
 _RESUME_KEYS = ("steps", "hidden", "batch", "lengths", "seed", "compile_steps",
                 "compile_hidden", "ood", "ood_samples", "eval", "eval_reps",
-                "eval_time_steps", "clrs_eval_max_gib")
+                "eval_time_steps", "clrs_eval_max_gib", "ours_compiler_options")
 # The jitted train step of each implementation, as the compile event names it.
 TRAIN_STEP_FUNCTION = {"ours": "jit(_train_step)", "clrs": "jit(_feedback)"}
 
@@ -880,6 +880,9 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
           "hint_repred_mode": "soft", "encoder_init": "xavier_on_scalars",
           "use_lstm": False, "dropout_prob": 0.0,
           "persistent_compilation_cache": False,
+          # Ours' compiled steps keep their scratch in heaps (NetConfig.xla_heap_mib);
+          # dm-clrs's are compiled as run.py compiles them.
+          "ours_compiler_options": learner.compiler_options(model_lib.NetConfig()),
           "command": list(argv) if argv is not None else None,
       },
       "algorithms": {},

@@ -229,7 +229,7 @@ def _ours_step(net):
       updates, opt_state = net.optimizer.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
     return params, opt_state, losses
-  return jax.jit(step)
+  return jax.jit(step, compiler_options=net.compiler_options)
 
 
 def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,

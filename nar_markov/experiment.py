@@ -305,11 +305,12 @@ def _check_lambda(value) -> float:
 # the settings objects below, except those that cannot change a recorded number --
 # the checkpoint cadence (on log steps: a resumed run is the same run, to the byte),
 # the diagnostic test curve (never selects), the multi-task update rule (recorded for
-# multi-task runs only), and the history policy and GatePenalty's lambda and start
-# step (the definition's own keys, run_definition).
+# multi-task runs only), where XLA places a step's scratch (xla_heap_mib: the same
+# bits), and the history policy and GatePenalty's lambda and start step (the
+# definition's own keys, run_definition).
 _SETTINGS_OF = {"Protocol": Protocol, "NetConfig": NetConfig, "GatePenalty": GatePenalty}
 _NOT_DEFINING = {"checkpoint_every_steps", "test_every_steps", "multitask_update",
-                 "lambda_gate", "start_step", "history"}
+                 "xla_heap_mib", "lambda_gate", "start_step", "history"}
 # Always in "settings", default or not (what results have recorded from the start);
 # any other defining field is recorded only where it differs from its default, so a
 # result recorded before that field existed reads as the default.

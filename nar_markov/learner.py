@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import warnings
 from typing import Any, Dict, Optional, Sequence
 
 import clrs
@@ -37,6 +38,24 @@ def make_optimizer(learning_rate: float, train_steps: int,
     chain.append(optax.clip_by_global_norm(grad_clip_max_norm))
   chain += [optax.scale_by_adam(), optax.scale_by_schedule(lambda s: -schedule(s))]
   return optax.chain(*chain)
+
+
+# XLA:CPU serialises an executable with one scratch buffer only, so JAX's persistent
+# cache cannot store a step whose scratch was split into heaps (compiler_options):
+# such a step is compiled in each process, and the failed write is expected.
+warnings.filterwarnings(
+    "ignore", message="Error writing persistent compilation cache entry.*"
+    "Multiple temp buffer allocations found", category=UserWarning)
+
+
+def compiler_options(config: model_lib.NetConfig) -> Optional[Dict[str, Any]]:
+  """XLA options of the net's compiled train and eval steps: on CPU, their scratch
+  in heaps of at most `config.xla_heap_mib` MiB (NetConfig.xla_heap_mib says why);
+  None (XLA's defaults) elsewhere or with 0.  A step whose scratch is larger than
+  one heap is not kept in the persistent compilation cache (above)."""
+  if not config.xla_heap_mib or jax.default_backend() != "cpu":
+    return None
+  return {"xla_multiheap_size_constraint_per_heap": int(config.xla_heap_mib) * 2**20}
 
 
 class Learner:
@@ -95,9 +114,12 @@ class Learner:
     self._init_state = jax.jit(init_state)
     self._step_key = jax.jit(step_key)
     self._step_keys = jax.jit(jax.vmap(step_key, in_axes=(0, None)))
+    self.compiler_options = compiler_options(config)
     self.train_step = jax.jit(self._train_step, static_argnums=(4,),
-                              donate_argnums=(0, 1))
-    self.eval_batch = jax.jit(self._eval_batch, static_argnums=(2, 3))
+                              donate_argnums=(0, 1),
+                              compiler_options=self.compiler_options)
+    self.eval_batch = jax.jit(self._eval_batch, static_argnums=(2, 3),
+                              compiler_options=self.compiler_options)
 
   def init(self, rng_key, features_list):
     return self._init(rng_key, features_list)
@@ -283,7 +305,7 @@ def make_summed_train_step(net: Learner, nb_algorithms: int):
     params = optax.apply_updates(params, updates)
     return params, opt_state, losses
 
-  return jax.jit(step, donate_argnums=(0, 1))
+  return jax.jit(step, donate_argnums=(0, 1), compiler_options=net.compiler_options)
 
 
 def make_vmapped_train_step(net: Learner, algorithm_index: int = 0,
@@ -305,7 +327,7 @@ def make_vmapped_train_step(net: Learner, algorithm_index: int = 0,
                            algorithm_index, rng_key, max_length)
   lambda_axis = 0 if per_seed_lambda else None
   return jax.jit(jax.vmap(step, in_axes=(0, 0, 0, lambda_axis, 0, None)),
-                 donate_argnums=(0, 1))
+                 donate_argnums=(0, 1), compiler_options=net.compiler_options)
 
 
 def stack_trees(trees: Sequence[Any]):

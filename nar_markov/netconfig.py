@@ -54,6 +54,15 @@ class NetConfig:
   # instead of storing its intermediates (on CPU the stores and copies of
   # [B, N, N, H] residuals cost more than the recomputation; see README).
   remat: bool = True
+  # CPU only: XLA packs all of a compiled step's scratch into one buffer, which
+  # glibc maps fresh from the kernel on every call once it exceeds malloc's
+  # mmap threshold (32 MiB at most): 40-150 MB per train step at 11-16 nodes,
+  # every page faulted in and zeroed again each step.  Split into heaps of at most
+  # this many MiB (XLA's xla_multiheap_size_constraint_per_heap), the scratch is
+  # reused from malloc's arenas instead.  Only buffer placement changes, not a
+  # bit of what is computed (tests/test_learner.py); 0 = XLA's one heap.
+  # docs/performance.md ("Scratch in heaps") has the measurements.
+  xla_heap_mib: int = 4
 
   def __post_init__(self):
     if self.history not in HISTORY_POLICIES:
@@ -66,6 +75,8 @@ class NetConfig:
       raise ValueError(f"hidden_size must be > 0, got {self.hidden_size}")
     if self.nb_msg_passing_steps < 1:
       raise ValueError("nb_msg_passing_steps must be >= 1")
+    if int(self.xla_heap_mib) < 0:
+      raise ValueError(f"xla_heap_mib must be >= 0, got {self.xla_heap_mib}")
     if self.gate_mlp_layers < 1:
       raise ValueError("gate_mlp_layers must be >= 1")
     if self.impl not in IMPLS:

@@ -1,0 +1,45 @@
+"""Learner's compiled steps: where XLA places their scratch changes no bit (NetConfig.xla_heap_mib)."""
+
+import jax
+import numpy as np
+import pytest
+
+from nar_markov import data
+from nar_markov import learner
+from nar_markov import model as model_lib
+
+
+def test_compiler_options_split_the_scratch_on_cpu_only():
+  assert jax.default_backend() == "cpu"
+  assert learner.compiler_options(model_lib.NetConfig(xla_heap_mib=4)) == {
+      "xla_multiheap_size_constraint_per_heap": 4 * 2**20}
+  assert learner.compiler_options(model_lib.NetConfig(xla_heap_mib=0)) is None
+  with pytest.raises(ValueError, match="xla_heap_mib"):
+    model_lib.NetConfig(xla_heap_mib=-1)
+
+
+def test_scratch_in_heaps_gives_the_same_bits():
+  """Two train steps and an eval batch, one heap against heaps of 1 MiB, on a
+  batch whose step needs several MiB of scratch: the same bits."""
+  algorithm = "bfs"
+  stream = data.TrainStream(algorithm, seed=0, batch_size=16, lengths=(16,))
+  feedback = next(stream)
+  nets, outs = {}, {}
+  for mib in (0, 1):
+    config = model_lib.NetConfig(hidden_size=16, nb_triplet_fts=4, xla_heap_mib=mib)
+    nets[mib] = learner.Learner([stream.spec], [model_lib.nb_dims_of(feedback)], config,
+                                learner.make_optimizer(1e-3, 10, 1.0),
+                                algorithms=[algorithm])
+  params, opt_state = nets[0].init_state(0, [feedback.features])
+  scratch = nets[1].train_step.lower(params, opt_state, feedback, np.float32(0.0), 0,
+                                     nets[1].step_key(0, 0)).compile()
+  assert scratch.memory_analysis().temp_size_in_bytes > 2 * 2**20   # split into several
+  for mib, net in nets.items():
+    p, s = jax.tree_util.tree_map(np.array, (params, opt_state))
+    losses = []
+    for step in range(2):
+      p, s, l = net.train_step(p, s, feedback, np.float32(0.0), 0, net.step_key(0, step))
+      losses.append(l)
+    outs[mib] = (p, s, losses, net.eval_batch(p, feedback, 0, True))
+  for x, y in zip(jax.tree_util.tree_leaves(outs[0]), jax.tree_util.tree_leaves(outs[1])):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
