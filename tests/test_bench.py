@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from benchmarks import ab_heaps
 from benchmarks import ab_variants
 from benchmarks import bench
 from benchmarks import bench_seeds
@@ -217,3 +218,11 @@ def test_ab_variants_times_all_three():
   ms = ab_variants.ab("bfs", reps=1, hidden=8, batch=2, lengths=(4,))
   assert set(ms) == set(ab_variants.VARIANTS)
   assert all(len(v) == 1 and v[0] > 0 for v in ms.values())
+
+
+def test_ab_heaps_times_ours_both_ways_and_clrs():
+  res = ab_heaps.ab("bfs", blocks=1, hidden=8, batch=2, lengths=(4,))
+  assert res["sizes"] == [4]
+  for name in ab_heaps.TRAINERS:
+    assert res[name]["ms_median"] > 0 and res[name]["faults_median_by_nb_nodes"]["4"] >= 0
+  assert res["ratio_heaps"] == res["clrs"]["ms_median"] / res["heaps"]["ms_median"]
