@@ -105,9 +105,11 @@ def _changed(value, field=None):
 
 
 # The fields that change no number of a run: how often it checkpoints (a multiple of the
-# log cadence: test_train.py), the diagnostic test curve (test_train.py), and for a
-# single-task run the multi-task update rule.
-CHANGE_NO_NUMBER = {"checkpoint_every_steps", "test_every_steps", "multitask_update"}
+# log cadence: test_train.py), the diagnostic test curve (test_train.py), where XLA
+# places a step's scratch (the same bits: test_learner.py), and for a single-task run the
+# multi-task update rule.
+CHANGE_NO_NUMBER = {"checkpoint_every_steps", "test_every_steps", "multitask_update",
+                    "xla_heap_mib"}
 _COMPONENTS = {"Protocol": experiment.Protocol, "NetConfig": NetConfig,
                "GatePenalty": experiment.GatePenalty}
 
