@@ -3,9 +3,9 @@
     python benchmarks/ab_heaps.py binary_search,insertion_sort [--blocks 6] [--out ab.json]
 
 For each algorithm, three trainers from the same seed on the same `bench.ClrsTrainStream`
-batches: `heaps` (ours as trained: its compiled step keeps its scratch in heaps of
-`NetConfig.xla_heap_mib` MiB), `one` (ours compiled with XLA's one scratch buffer: the same
-bits, docs/performance.md "Scratch in heaps") and `clrs` (dm-clrs's BaselineModel, as
+batches: `heaps` (ours with its compiled step's scratch in heaps of `--heap-mib` MiB,
+`NetConfig.xla_heap_mib`), `one` (ours as trained by default: XLA's one scratch buffer; the
+same bits, docs/performance.md "Scratch in heaps") and `clrs` (dm-clrs's BaselineModel, as
 bench.py runs it).  After a warm-up block, `--blocks` blocks of one batch per train size;
 each block runs the three in turn, the first one rotating.  Recorded per trainer: the
 median ms and minor page faults per step at each size, the median and mean step, and the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import pathlib
 import resource
@@ -36,23 +37,26 @@ import jax
 from benchmarks import bench
 from benchmarks import common
 from nar_markov import data
+from nar_markov import learner
 
 SCHEMA = "nar_markov.ab_heaps/1"
 TRAINERS = ("heaps", "one", "clrs")
 
 
 def ab(algorithm: str, blocks: int, hidden: int = 128, batch: int = 32,
-       lengths=data.TRAIN_LENGTHS) -> Dict[str, Any]:
+       lengths=data.TRAIN_LENGTHS, heap_mib: int = 4) -> Dict[str, Any]:
   """The three trainers' per-size and overall step times, faults and ratios."""
   stream = bench.ClrsTrainStream(algorithm, seed=0, batch_size=batch, lengths=tuple(lengths))
   first = next(stream)
   trainers = {"heaps": bench.OursTrainer(algorithm, hidden, 0, first),
               "one": bench.OursTrainer(algorithm, hidden, 0, first),
               "clrs": bench.ClrsTrainer(stream.spec, hidden, 0, first)}
-  if not trainers["heaps"].net.compiler_options:
-    raise RuntimeError("ours' default step has no heaps here (not CPU, or xla_heap_mib=0)")
-  one = trainers["one"].net
-  one.train_step = jax.jit(one._train_step, static_argnums=(4,), donate_argnums=(0, 1))  # pylint: disable=protected-access
+  heaps = trainers["heaps"].net
+  options = learner.compiler_options(dataclasses.replace(heaps.config, xla_heap_mib=heap_mib))
+  if not options or trainers["one"].net.compiler_options:
+    raise RuntimeError("needs CPU, a heap size > 0 and ours' default of one buffer")
+  heaps.train_step = jax.jit(heaps._train_step, static_argnums=(4,), donate_argnums=(0, 1),  # pylint: disable=protected-access
+                             compiler_options=options)
   ms: Dict[Any, List[float]] = collections.defaultdict(list)
   faults: Dict[Any, List[int]] = collections.defaultdict(list)
 
@@ -97,6 +101,7 @@ def main(argv=None) -> int:
   p.add_argument("algorithms", help="comma-separated CLRS-30 names")
   p.add_argument("--blocks", type=int, default=6, help="timed blocks of the train sizes")
   p.add_argument("--hidden", type=int, default=128)
+  p.add_argument("--heap-mib", type=int, default=4, help="heap size of the `heaps` trainer")
   p.add_argument("--out", default=None, help="JSON report (resumed per algorithm)")
   args = p.parse_args(argv)
   algorithms = [a for a in args.algorithms.split(",") if a]
@@ -104,6 +109,7 @@ def main(argv=None) -> int:
     data.check_algorithm(a)
   report = {"schema": SCHEMA, "machine": common.machine_info(),
             "settings": {"blocks": args.blocks, "hidden": args.hidden, "batch": 32,
+                         "heap_mib": args.heap_mib,
                          "command": ["benchmarks/ab_heaps.py"] + list(argv or sys.argv[1:])},
             "algorithms": {}}
   if args.out and pathlib.Path(args.out).exists():
@@ -112,7 +118,7 @@ def main(argv=None) -> int:
     if a in report["algorithms"]:
       print(f"[ab_heaps] {a}: in {args.out} already, skipped")
       continue
-    res = ab(a, args.blocks, hidden=args.hidden)
+    res = ab(a, args.blocks, hidden=args.hidden, heap_mib=args.heap_mib)
     report["algorithms"][a] = res
     print(f"[ab_heaps] {a}: dm-clrs / ours, median step: one buffer "
           f"{res['ratio_one']:.3f}, heaps {res['ratio_heaps']:.3f}; mean step: "
