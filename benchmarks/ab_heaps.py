@@ -32,8 +32,6 @@ if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banner
   from nar_markov import quiet  # pylint: disable=g-import-not-at-top
   quiet.setup()
 
-import jax
-
 from benchmarks import bench
 from benchmarks import common
 from nar_markov import data
@@ -51,12 +49,13 @@ def ab(algorithm: str, blocks: int, hidden: int = 128, batch: int = 32,
   trainers = {"heaps": bench.OursTrainer(algorithm, hidden, 0, first),
               "one": bench.OursTrainer(algorithm, hidden, 0, first),
               "clrs": bench.ClrsTrainer(stream.spec, hidden, 0, first)}
-  heaps = trainers["heaps"].net
-  options = learner.compiler_options(dataclasses.replace(heaps.config, xla_heap_mib=heap_mib))
-  if not options or trainers["one"].net.compiler_options:
+  net = trainers["heaps"].net
+  # The same net with heaps: Learner compiles its steps with the config's options.
+  trainers["heaps"].net = learner.Learner(
+      net.specs, net.nb_dims, dataclasses.replace(net.config, xla_heap_mib=heap_mib),
+      net.optimizer, algorithms=net.algorithms)
+  if not trainers["heaps"].net.compiler_options or trainers["one"].net.compiler_options:
     raise RuntimeError("needs CPU, a heap size > 0 and ours' default of one buffer")
-  heaps.train_step = jax.jit(heaps._train_step, static_argnums=(4,), donate_argnums=(0, 1),  # pylint: disable=protected-access
-                             compiler_options=options)
   ms: Dict[Any, List[float]] = collections.defaultdict(list)
   faults: Dict[Any, List[int]] = collections.defaultdict(list)
 
