@@ -4,12 +4,13 @@
 
 For each algorithm, three trainers from the same seed on the same `bench.ClrsTrainStream`
 batches: `heaps` (ours with its compiled step's scratch in heaps of `--heap-mib` MiB,
-`NetConfig.xla_heap_mib`), `one` (ours as trained by default: XLA's one scratch buffer; the
+`NetConfig.xla_heap_mib`), `one` (ours with XLA's one scratch buffer, `xla_heap_mib = 0`; the
 same bits, docs/performance.md "Scratch in heaps") and `clrs` (dm-clrs's BaselineModel, as
 bench.py runs it).  After a warm-up block, `--blocks` blocks of one batch per train size;
-each block runs the three in turn, the first one rotating.  Recorded per trainer: the
-median ms and minor page faults per step at each size, the median and mean step, and the
-ratios dm-clrs / ours as bench.py reads them.  An algorithm already in `--out` is skipped.
+each block runs the three in turn, in the orders of ORDERS.  Recorded per trainer: the median
+ms and minor page faults per step at each size, the median and mean step, and the
+ratios dm-clrs / ours as bench.py reads them.  An algorithm already in `--out` is skipped;
+a report measured with other settings is refused.
 """
 
 from __future__ import annotations
@@ -39,23 +40,32 @@ from nar_markov import learner
 
 SCHEMA = "nar_markov.ab_heaps/1"
 TRAINERS = ("heaps", "one", "clrs")
+# Block b runs the trainers in ORDERS[b % 6].  After the warm-up (which ends with
+# "clrs"), every trainer's first (smallest) step follows each other trainer's last
+# (largest) one 3 times in 6 blocks, and each trainer runs first, second and third twice.
+# A plain rotation did not balance that: "heaps" followed dm-clrs's largest step in 5 of
+# 6 blocks, and its small steps read slower (docs/performance.md, "Scratch in heaps").
+ORDERS = (("heaps", "one", "clrs"), ("one", "clrs", "heaps"), ("clrs", "heaps", "one"),
+          ("heaps", "clrs", "one"), ("clrs", "one", "heaps"), ("one", "heaps", "clrs"))
 
 
 def ab(algorithm: str, blocks: int, hidden: int = 128, batch: int = 32,
-       lengths=data.TRAIN_LENGTHS, heap_mib: int = 4) -> Dict[str, Any]:
+       lengths=data.TRAIN_LENGTHS, heap_mib: int = 30) -> Dict[str, Any]:
   """The three trainers' per-size and overall step times, faults and ratios."""
   stream = bench.ClrsTrainStream(algorithm, seed=0, batch_size=batch, lengths=tuple(lengths))
   first = next(stream)
   trainers = {"heaps": bench.OursTrainer(algorithm, hidden, 0, first),
               "one": bench.OursTrainer(algorithm, hidden, 0, first),
               "clrs": bench.ClrsTrainer(stream.spec, hidden, 0, first)}
-  net = trainers["heaps"].net
-  # The same net with heaps: Learner compiles its steps with the config's options.
-  trainers["heaps"].net = learner.Learner(
-      net.specs, net.nb_dims, dataclasses.replace(net.config, xla_heap_mib=heap_mib),
-      net.optimizer, algorithms=net.algorithms)
-  if not trainers["heaps"].net.compiler_options or trainers["one"].net.compiler_options:
-    raise RuntimeError("needs CPU, a heap size > 0 and ours' default of one buffer")
+  # The same net with heaps and with XLA's one buffer, whatever ours' default is:
+  # Learner compiles its steps with the config's options.
+  for name, mib in (("heaps", heap_mib), ("one", 0)):
+    net = trainers[name].net
+    trainers[name].net = learner.Learner(
+        net.specs, net.nb_dims, dataclasses.replace(net.config, xla_heap_mib=mib),
+        net.optimizer, algorithms=net.algorithms)
+  if not trainers["heaps"].net.compiler_options:
+    raise RuntimeError("needs CPU and a heap size > 0")
   ms: Dict[Any, List[float]] = collections.defaultdict(list)
   faults: Dict[Any, List[int]] = collections.defaultdict(list)
 
@@ -78,7 +88,7 @@ def ab(algorithm: str, blocks: int, hidden: int = 128, batch: int = 32,
     run_block(name, block, record=False)
   for b in range(blocks):
     block = [next(stream) for _ in stream.lengths]
-    for name in TRAINERS[b % 3:] + TRAINERS[:b % 3]:
+    for name in ORDERS[b % len(ORDERS)]:
       run_block(name, block, record=True)
     print(f"[ab_heaps] {algorithm}: block {b + 1}/{blocks}", flush=True)
   sizes = sorted({n for _, n in ms if n is not None})
@@ -100,7 +110,7 @@ def main(argv=None) -> int:
   p.add_argument("algorithms", help="comma-separated CLRS-30 names")
   p.add_argument("--blocks", type=int, default=6, help="timed blocks of the train sizes")
   p.add_argument("--hidden", type=int, default=128)
-  p.add_argument("--heap-mib", type=int, default=4, help="heap size of the `heaps` trainer")
+  p.add_argument("--heap-mib", type=int, default=30, help="heap size of the `heaps` trainer")
   p.add_argument("--out", default=None, help="JSON report (resumed per algorithm)")
   args = p.parse_args(argv)
   algorithms = [a for a in args.algorithms.split(",") if a]
@@ -112,7 +122,13 @@ def main(argv=None) -> int:
                          "command": ["benchmarks/ab_heaps.py"] + list(argv or sys.argv[1:])},
             "algorithms": {}}
   if args.out and pathlib.Path(args.out).exists():
-    report = json.loads(pathlib.Path(args.out).read_text())
+    previous = json.loads(pathlib.Path(args.out).read_text())
+    differ = [k for k in ("blocks", "hidden", "batch", "heap_mib")
+              if previous.get("settings", {}).get(k) != report["settings"][k]]
+    if previous.get("schema") != SCHEMA or differ:
+      raise SystemExit(f"{args.out} is not an {SCHEMA} report with these settings "
+                       f"({', '.join(differ) or 'schema'} differ); choose another --out")
+    report = previous
   for a in algorithms:
     if a in report["algorithms"]:
       print(f"[ab_heaps] {a}: in {args.out} already, skipped")

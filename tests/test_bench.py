@@ -226,3 +226,12 @@ def test_ab_heaps_times_ours_both_ways_and_clrs():
   for name in ab_heaps.TRAINERS:
     assert res[name]["ms_median"] > 0 and res[name]["faults_median_by_nb_nodes"]["4"] >= 0
   assert res["ratio_heaps"] == res["clrs"]["ms_median"] / res["heaps"]["ms_median"]
+
+
+def test_ab_heaps_refuses_a_report_with_other_settings(tmp_path):
+  out = tmp_path / "ab.json"
+  out.write_text(json.dumps({"schema": ab_heaps.SCHEMA, "algorithms": {},
+                             "settings": {"blocks": 6, "hidden": 128, "batch": 32,
+                                          "heap_mib": 4}}))
+  with pytest.raises(SystemExit, match="heap_mib"):
+    ab_heaps.main(["bfs", "--heap-mib", "30", "--out", str(out)])
