@@ -60,12 +60,14 @@ class NetConfig:
   # every page faulted in and zeroed again each step.  Split into heaps of at most
   # this many MiB (XLA's xla_multiheap_size_constraint_per_heap), the scratch is
   # reused from malloc's arenas instead.  Only buffer placement changes, not a
-  # bit of what is computed (tests/test_learner.py); 0 = XLA's one heap, the
-  # default: heaps make most steps at 11+ nodes faster, but slow the small ones,
-  # dfs and naive_string_matcher, and keep steps out of the persistent compile
-  # cache (the test suite took 39 instead of 24 minutes).  docs/performance.md
-  # ("Scratch in heaps") has the measurements; 4 is the size measured.
-  xla_heap_mib: int = 0
+  # bit of what is computed (tests/test_learner.py).  30, just under the
+  # threshold, splits only scratch that would be mapped fresh: a step whose scratch
+  # fits in 30 MiB (every step at the test suite's sizes; the protocol's smaller
+  # ones) keeps its one buffer and its place in the persistent compile cache,
+  # which cannot hold a split step.  4 split every step above 4 MiB, slowed the
+  # small ones and the test suite (39 instead of 24 minutes).  0 = XLA's one
+  # buffer always.  docs/performance.md ("Scratch in heaps") has the measurements.
+  xla_heap_mib: int = 30
 
   def __post_init__(self):
     if self.history not in HISTORY_POLICIES:

@@ -43,3 +43,26 @@ def test_scratch_in_heaps_gives_the_same_bits():
     outs[mib] = (p, s, losses, net.eval_batch(p, feedback, 0, True))
   for x, y in zip(jax.tree_util.tree_leaves(outs[0]), jax.tree_util.tree_leaves(outs[1])):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_step_whose_scratch_fits_one_heap_stays_cacheable():
+  """A step whose scratch fits in one heap keeps XLA's one buffer, so JAX's persistent
+  cache can store it (it serialises the executable); split into heaps, it cannot
+  (XLA:CPU serialises one scratch buffer only): the cost learner.py's warning filter names."""
+  from jax.experimental import serialize_executable  # pylint: disable=g-import-not-at-top
+  algorithm = "bfs"
+  stream = data.TrainStream(algorithm, seed=0, batch_size=16, lengths=(16,))
+  feedback = next(stream)
+  compiled = {}
+  for mib in (1, 30):
+    config = model_lib.NetConfig(hidden_size=16, nb_triplet_fts=4, xla_heap_mib=mib)
+    net = learner.Learner([stream.spec], [model_lib.nb_dims_of(feedback)], config,
+                          learner.make_optimizer(1e-3, 10, 1.0), algorithms=[algorithm])
+    params, opt_state = net.init_state(0, [feedback.features])
+    compiled[mib] = net.train_step.lower(params, opt_state, feedback, np.float32(0.0), 0,
+                                         net.step_key(0, 0)).compile()
+  temp = compiled[30].memory_analysis().temp_size_in_bytes
+  assert 2**20 < temp < 30 * 2**20
+  serialize_executable.serialize(compiled[30])
+  with pytest.raises(Exception, match="Multiple temp buffer allocations"):
+    serialize_executable.serialize(compiled[1])
