@@ -66,36 +66,48 @@ def separate(tmp_path_factory, data_cache_dir):
       os.environ["NAR_MARKOV_CACHE"] = old
 
 
-def assert_same_result(got, want, rtol=1e-4):
-  """Equal result dicts but for timings: numbers within rtol, the rest exactly.
+def assert_same_result(got, want, rtol=1e-4, later_rtol=1e-2):
+  """Equal result dicts but for timings: numbers within tolerances, the rest exactly.
 
-  Not bit-equal: XLA's batched (vmapped) kernels sum in another order.  Most
-  numbers agree to ~1e-7; insertion_sort's output loss (a Sinkhorn-normalised
-  permutation, ~12 here) amplifies that round-off to up to ~2e-5 in a window's
-  mean, hence 1e-4.  A wrong seed, rng, batch or padding is off by > 1e-2
-  (an rng offset by one step: 11%).  Test scores are a count of exact
-  predictions: the same round-off flips the argmax of a few near-tied pointer
-  logits of this untrained tiny net (seen: 2 of 512, 0.0039; on another CPU a
-  validation score 1 of 40 off, 0.025), so scores agree within SCORE_ATOL; every
-  loss still within rtol.
+  Not bit-equal: XLA's batched (vmapped) kernels sum in another order, and Adam
+  amplifies that round-off step by step (its update is ~lr * sign(gradient), which
+  round-off flips for a near-zero gradient).  So the first log window of each
+  train curve and the step-0 validation (before any update) are held to `rtol`,
+  every later window and validation to `later_rtol`.  Measured (seed 2 here,
+  Intel Xeon with AVX-512): loss windows off by 4e-8, 1e-5, 1e-5, 7e-4 and
+  output_loss up to 1.1e-3; validation hidden_norm 3.4e-3 at step 6 and 1.3e-2 at
+  step 12 (a norm of ~0.03 that a few flipped Adam steps move), so hidden_norm
+  after step 0 is held to HIDDEN_NORM_RTOL.  On an AMD EPYC the same seeds stayed
+  within 2e-5.  A wrong seed, rng, batch or padding is off by > 1e-2 from the
+  first window on (an rng offset by one step: 11 %).  Test scores are a count of
+  exact predictions: the same round-off flips the argmax of a few near-tied
+  pointer logits of this untrained tiny net (seen: 2 of 512, 0.0039; on another
+  CPU a validation score 1 of 40 off, 0.025), so scores agree within SCORE_ATOL.
   """
   assert set(got) == set(want)
   for key in sorted(set(want) - UNCOMPARED):
     if key in ("test_score", "test_scores", "selection", "val_best"):
       _assert_close(got[key], want[key], 0.0, path=key, atol=SCORE_ATOL)
     elif key == "curves":
-      _assert_close({k: v for k, v in got[key].items() if k != "val"},
-                    {k: v for k, v in want[key].items() if k != "val"}, rtol, path=key)
-      for k in want[key]["val"]:
-        atol = SCORE_ATOL if k == "score" else 1e-7
-        _assert_close(got[key]["val"][k], want[key]["val"][k], 0.0 if k == "score" else rtol,
-                      path=f"curves.val.{k}", atol=atol)
+      for part, curve in want[key].items():
+        assert set(got[key][part]) == set(curve), (key, part)
+        for k, w in curve.items():
+          g, path = got[key][part][k], f"{key}.{part}.{k}"
+          if part == "val" and k == "score":
+            _assert_close(g, w, 0.0, path=path, atol=SCORE_ATOL)
+            continue
+          late = HIDDEN_NORM_RTOL if (part, k) == ("val", "hidden_norm") else later_rtol
+          assert isinstance(g, list) and len(g) == len(w), path
+          _assert_close(g[:1], w[:1], rtol, path=path)
+          _assert_close(g[1:], w[1:], late, path=path + "[1:]")
     else:
       _assert_close(got[key], want[key], rtol, path=key)
 
 
 # A few flipped predictions of a test or validation split (see assert_same_result).
 SCORE_ATOL = 0.05
+# Validation hidden_norm after the first update (see assert_same_result).
+HIDDEN_NORM_RTOL = 5e-2
 
 
 def _assert_close(got, want, rtol, path, atol=1e-7):
