@@ -89,6 +89,7 @@ def assert_same_result(got, want, rtol=1e-4, later_rtol=1e-2):
     if key in ("test_score", "test_scores", "selection", "val_best"):
       _assert_close(got[key], want[key], 0.0, path=key, atol=SCORE_ATOL)
     elif key == "curves":
+      assert set(got[key]) == set(want[key]), key
       for part, curve in want[key].items():
         assert set(got[key][part]) == set(curve), (key, part)
         for k, w in curve.items():
