@@ -7,9 +7,7 @@ and after a few steps trains another trajectory: tests/fixtures/golden_runs/ hol
 per CPU kind (each file records the CPU that trained it), and a run is compared with the
 set of its own kind. xeon_amx/ was first written by the code from before the training loop
 was split from the net; a set for another kind is written by code that passes on a kind
-that has one, so the sets agree on what the code computes (xeon_avx512/, an Intel Xeon
-with AVX-512 but neither bf16 nor AMX, written at a1168d6, holds xeon_amx/'s numbers to the
-bit; epyc_avx512/'s differ by 3.6e-5 relative at most). A change that is meant to
+that has one, so the sets agree on what the code computes. A change that is meant to
 change numbers rewrites every set it can, and says so in its commit:
   PYTHONPATH=.:tests python tests/test_golden_runs.py --write tests/fixtures/golden_runs/<kind>
 """
