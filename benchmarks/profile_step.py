@@ -25,8 +25,13 @@ both impls, `ceiling` says how far ours can get (`ceiling()`).
 in this process, per size (the algorithm's: at its largest size): the message MLP's
 achieved rate over it says how close that stage is to the machine's limit.  The
 step's matrix products outside the remat (`products_ms`, `products_wall_ms`) are a
-second floor: a rewrite that changes no committed number keeps each at its shape.  Timings
-share the CPU with whatever else runs.
+second floor: a rewrite that changes no committed number keeps each at its shape.  The
+other thunks are passes over memory: `rest_mb` counts the bytes they read and write
+(`thunk_bytes`, from the HLO's shapes), `rest_gbps` their rate while they run, and
+`stream_limit_gbps` the rate of a plain elementwise pass in a loop in this process (both
+cores, warm buffers the size of one [B, N, N, H] tensor): `ceiling()`'s `ratio_stream_ceiling`
+is dm-clrs's step over ours' products plus that rest at the stream rate.  Timings share the
+CPU with whatever else runs.
 """
 
 from __future__ import annotations
@@ -77,6 +82,12 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S.*?\s([\w\-]+)\
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_SHAPE = re.compile(r"\b(pred|[suf](?:8|16|32|64)|bf16)\[([\d,]*)\]")
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+          "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+_HEAD = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([\w\-]+)\((.*)$")
+# Ops that move no data of their own inside a fusion.
+_VIEWS = {"bitcast", "reshape", "get-tuple-element"}
 
 
 def instruction_table(hlo_text: str) -> Dict[str, Tuple[str, str]]:
@@ -109,6 +120,97 @@ def product_instructions(hlo_text: str) -> Set[str]:
     elif m.group(2) == "fusion" and (calls := _CALLS.search(line)):
       fusions[m.group(1)] = calls.group(1)
   return products | {name for name, body in fusions.items() if body in with_dot}
+
+
+def _nbytes(hlo_type: str) -> int:
+  """Bytes of an HLO type: an array or a tuple of arrays."""
+  return sum(_BYTES.get(dtype, 4) * int(np.prod([int(d) for d in dims.split(",") if d]))
+             for dtype, dims in _SHAPE.findall(hlo_type))
+
+
+def _operands(rest: str) -> List[str]:
+  """The %names inside the opcode's parentheses (rest starts after its '(')."""
+  depth = 1
+  for i, ch in enumerate(rest):
+    depth += {"(": 1, ")": -1}.get(ch, 0)
+    if depth == 0:
+      return re.findall(r"%([\w.\-]+)", rest[:i])
+  return re.findall(r"%([\w.\-]+)", rest)
+
+
+def thunk_bytes(hlo_text: str) -> Dict[str, int]:
+  """name -> bytes one call reads and writes, for every instruction outside fusions.
+
+  From the shapes: a fusion reads each parameter once (only the slice, where a
+  parameter is only sliced) and writes its root (only the update, where the root is
+  a dynamic-update-slice, which XLA does in place); a copy, slice or concatenate
+  reads and writes its result's size; other thunks read their operands and write
+  their result.  A lower bound where a pass reads a value twice (a fusion that
+  recomputes a broadcast operand, a reduction's second sweep)."""
+  ins, body = {}, collections.defaultdict(list)
+  current = None
+  for line in hlo_text.splitlines():
+    m = _COMPUTATION.match(line)
+    if m and not line[0].isspace():
+      current = m.group(1)
+      continue
+    m = _HEAD.match(line)
+    if not m:
+      continue
+    calls = _CALLS.search(line)
+    ins[m.group(2)] = (m.group(3), m.group(4), _operands(m.group(5)), bool(m.group(1)),
+                       calls.group(1) if calls else None)
+    body[current].append(m.group(2))
+
+  def size(name):
+    return _nbytes(ins[name][0]) if name in ins else 0
+
+  def read(name, users):  # what a fusion reads of one of its values
+    total = 0
+    for user, pos in users.get(name, ()):
+      opcode = ins[user][1]
+      if opcode in ("slice", "dynamic-slice") and pos == 0:
+        total += size(user)
+      elif opcode == "dynamic-update-slice" and pos == 0:
+        continue
+      elif opcode in _VIEWS:
+        total += read(user, users)
+      else:
+        return size(name)
+    return total if users.get(name) else size(name)
+
+  def written(name):  # what a fusion's root writes
+    _, opcode, operands, _, _ = ins[name]
+    if opcode == "dynamic-update-slice":
+      return size(operands[1])
+    if opcode == "tuple":
+      return sum(written(o) for o in operands)
+    if opcode in _VIEWS and operands:
+      return written(operands[0])
+    return size(name)
+
+  fused = {c for (_, _, _, _, c) in ins.values() if c}
+  out = {}
+  for comp, names in body.items():
+    if comp in fused:
+      continue
+    for name in names:
+      hlo_type, opcode, operands, _, calls = ins[name]
+      if opcode == "fusion" and calls in body:
+        users = collections.defaultdict(list)
+        for inner in body[calls]:
+          for pos, o in enumerate(ins[inner][2]):
+            users[o].append((inner, pos))
+        params = [i for i in body[calls] if ins[i][1] == "parameter"]
+        root = next(i for i in body[calls] if ins[i][3])
+        out[name] = sum(read(p, users) for p in params) + written(root)
+      elif opcode == "dynamic-update-slice":
+        out[name] = 2 * size(operands[1])
+      elif opcode in ("copy", "slice", "dynamic-slice", "concatenate", "transpose"):
+        out[name] = 2 * _nbytes(hlo_type)
+      else:
+        out[name] = _nbytes(hlo_type) + sum(size(o) for o in operands)
+  return out
 
 
 def classify(op_name: str, impl: str) -> Tuple[str, str]:
@@ -178,6 +280,7 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   """Stage x phase milliseconds per call of `run` (already compiled and warm)."""
   table = instruction_table(hlo_text)
   products = product_instructions(hlo_text)
+  nbytes = thunk_bytes(hlo_text)
   logdir = tempfile.mkdtemp(prefix="nar_markov_profile_")
   try:
     jax.profiler.start_trace(logdir)
@@ -191,6 +294,7 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   by_duration = collections.defaultdict(float)
   products_ms = dict.fromkeys(PHASES, 0.0)
   product_spans = []
+  rest_ms = rest_bytes = 0.0
   nb_thunks = 0
   for e in events:
     entry = table.get(e["name"])
@@ -205,12 +309,17 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
       products_ms[phase] += per_call_ms
       if phase != "remat":
         product_spans.append((e["ts"], e["ts"] + e["dur"]))
+    else:
+      rest_ms += per_call_ms
+      rest_bytes += nbytes.get(e["name"], 0) / reps
     nb_thunks += 1
   top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
   return {"ms": dict(ms), "busy_ms": sum(ms.values()),
           "wall_ms": 1e3 * float(np.median(wall)),
           "thunks": nb_thunks / reps, "products_ms": products_ms,
           "products_wall_ms": covered_us(product_spans) / 1e3 / reps,
+          "rest_ms": rest_ms, "rest_mb": rest_bytes / 1e6,
+          "rest_gbps": rest_bytes / 1e6 / rest_ms if rest_ms else None,
           "busy_ms_by_duration": {b: by_duration.get(b, 0.0) for b in DURATION_BUCKETS},
           "top_ops": [{"name": n, "ms": v, "opcode": table[n][0],
                        "op_name": table[n][1][-160:]} for n, v in top]}
@@ -267,6 +376,24 @@ def matmul_limit_gflops(rows: int, hidden: int, reps: int = 5) -> float:
   return 2.0 * rows * hidden * hidden / min(_timed(run) for _ in range(reps)) / 1e9
 
 
+# A pass over 64 MiB arrays (three of them): larger than this machine's caches.
+DRAM_ELEMENTS = 16 * 2**20
+
+
+def stream_limit_gbps(elements: int, reps: int = 20) -> float:
+  """GB/s of a plain elementwise pass (x * c + b over `elements` floats: two reads and a
+  write each) in an XLA loop here and now: warm buffers, no allocation, the pass as
+  fast as XLA:CPU runs one (both cores).  The rate the step's other passes could reach
+  at best, for tensors of that size."""
+  iters = max(4, int(2e8 // (12 * elements)))  # about 200 MB moved per call
+  x = jnp.ones((elements,), jnp.float32)
+  b = jnp.ones((elements,), jnp.float32)
+  f = jax.jit(lambda x, b: jax.lax.fori_loop(0, iters, lambda i, y: y * 0.999 + b, x))
+  run = lambda: f(x, b).block_until_ready()
+  run()
+  return 12.0 * elements * iters / min(_timed(run) for _ in range(reps)) / 1e9
+
+
 def message_mlp_products(batch: int, nb_nodes: int, hidden: int, steps: int) -> float:
   """FLOPs of the message MLP's products in one train step: two forward, four
   backward (fastnet.message_mlp_max), each [B*N*N, H] x [H, H], per step."""
@@ -301,7 +428,9 @@ def summarize(per_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
           "minor_faults": mean("minor_faults"),
           "first_touch_mb": mean("minor_faults") * resource.getpagesize() / 2**20,
           "sys_ms": mean("sys_ms"), "user_ms": mean("user_ms"),
-          "thunks": mean("thunks"),
+          "thunks": mean("thunks"), "rest_mb": mean("rest_mb"),
+          "rest_gbps": (sum(r["rest_mb"] for r in per_size.values())
+                        / max(sum(r["rest_ms"] for r in per_size.values()), 1e-9)),
           "busy_share_by_duration": {b: v / busy if busy else 0.0
                                      for b, v in by_duration.items()}}
 
@@ -318,7 +447,10 @@ def markdown(report: Dict[str, Any]) -> str:
                    f"product's rate is {c['at_limit_share_cycle']:.0%} of our step; "
                    f"its products outside the remat {c['products_share_cycle']:.0%} "
                    f"(ceiling over them {c['ratio_products_ceiling_cycle']:.2f}, n = "
-                   f"{c['median_size']}: {c['ratio_products_ceiling_median_size']:.2f})")
+                   f"{c['median_size']}: {c['ratio_products_ceiling_median_size']:.2f}); "
+                   f"with the rest at the stream rate {c['stream_share_cycle']:.0%} "
+                   f"(ceiling {c['ratio_stream_ceiling_cycle']:.2f}, n = "
+                   f"{c['median_size']}: {c['ratio_stream_ceiling_median_size']:.2f})")
     for impl, res in ((i, r) for i, r in by_impl.items() if i != "ceiling"):
       s = res["summary"]
       lines.append(f"\n{algorithm} / {impl}: {s['wall_ms']:.0f} ms wall, "
@@ -333,6 +465,11 @@ def markdown(report: Dict[str, Any]) -> str:
       lines.append(f"{s['thunks']:.0f} thunks per step; busy time in thunks of "
                    + ", ".join(f"{b}: {v:.0%}"
                                for b, v in s["busy_share_by_duration"].items()))
+      if "stream_limit_gbps" in res:
+        lines.append(f"other passes: {s['rest_mb']:.0f} MB per step at "
+                     f"{s['rest_gbps']:.1f} GB/s while they run, against "
+                     f"{res['stream_limit_gbps']:.1f} GB/s for a plain pass here "
+                     f"({res['dram_limit_gbps']:.1f} GB/s from memory)")
       if "message_mlp_gflops" in res:
         lines.append(f"message MLP products {res['message_mlp_gflops']:.1f} GFLOP/s "
                      f"vs {res['matmul_limit_gflops']:.1f} GFLOP/s for the product "
@@ -363,14 +500,21 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
       _log(f"{algorithm} {impl} n={n}: {per_size[str(n)]['wall_ms']:.0f} ms wall")
     res = {"per_size": per_size, "summary": summarize(per_size)}
     if impl == "ours":
+      dram = stream_limit_gbps(DRAM_ELEMENTS)
       for n, r in per_size.items():
         r["mlp_flops"] = message_mlp_products(batch, int(n), hidden, _processor_steps(r))
         r["matmul_limit_gflops"] = matmul_limit_gflops(batch * int(n) ** 2, hidden)
         r["mlp_floor_ms"] = 1e3 * r["mlp_flops"] / (r["matmul_limit_gflops"] * 1e9)
+        r["stream_limit_gbps"] = stream_limit_gbps(batch * int(n) ** 2 * hidden)
+        r["rest_stream_ms"] = r["rest_mb"] / r["stream_limit_gbps"]
+        r["dram_limit_gbps"] = dram
+        r["rest_dram_ms"] = r["rest_mb"] / dram
       flops = sum(r["mlp_flops"] for r in per_size.values()) / len(per_size)
       mlp_ms = res["summary"]["stages"]["message_mlp"]["total"]
       res["message_mlp_gflops"] = flops / (mlp_ms / 1e3) / 1e9 if mlp_ms else None
       res["matmul_limit_gflops"] = per_size[max(per_size, key=int)]["matmul_limit_gflops"]
+      res["stream_limit_gbps"] = per_size[max(per_size, key=int)]["stream_limit_gbps"]
+      res["dram_limit_gbps"] = dram
     out[impl] = res
   if "ours" in out and "clrs" in out:
     out["ceiling"] = ceiling(out["ours"]["per_size"], out["clrs"]["per_size"])
@@ -394,6 +538,15 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
   `ratio_products_ceiling` is dm-clrs's step over it, `products_share` its share of
   ours' step, `clrs_products_share` the share of all products in dm-clrs's.
 
+  The rest of ours' step is passes over memory.  Were each of them as fast as a plain
+  elementwise pass can be here (`rest_stream_ms`: their bytes at `stream_limit_gbps`),
+  the step would take the products' time plus that, if the two still did not
+  overlap: `ratio_stream_ceiling` is dm-clrs's step over it, `stream_share` its share
+  of ours' step (how much of the step is at one of the machine's two limits).  The
+  step's tensors do not all stay in cache; `ratio_dram_ceiling` is the same with the
+  rest at the rate of a pass over tensors far larger than the caches
+  (`dram_limit_gbps`): lower, and nearer what a pass over data from memory can do.
+
   Per size, and over the sizes as the benchmark reads them: the median size (its
   median ratio) and the sum over one cycle (its mean ratio)."""
   sizes = sorted(ours, key=int)
@@ -404,7 +557,11 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
                   "ratio_products_ceiling": (clrs[n]["untraced_ms"]
                                              / ours[n]["products_wall_ms"]),
                   "products_share": ours[n]["products_wall_ms"] / ours[n]["untraced_ms"],
-                  "clrs_products_share": clrs_products[n] / clrs[n]["untraced_ms"]}
+                  "clrs_products_share": clrs_products[n] / clrs[n]["untraced_ms"],
+                  "ratio_stream_ceiling": clrs[n]["untraced_ms"] / _stream_floor(ours[n]),
+                  "stream_share": _stream_floor(ours[n]) / ours[n]["untraced_ms"],
+                  "ratio_dram_ceiling": (clrs[n]["untraced_ms"]
+                                         / _stream_floor(ours[n], "rest_dram_ms"))}
               for n in sizes}
   mid = sizes[len(sizes) // 2]
   total = lambda runs, key: sum(runs[n][key] for n in sizes)
@@ -418,7 +575,19 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
           "products_share_cycle": (total(ours, "products_wall_ms")
                                    / total(ours, "untraced_ms")),
           "clrs_products_share_cycle": (sum(clrs_products.values())
-                                        / total(clrs, "untraced_ms"))}
+                                        / total(clrs, "untraced_ms")),
+          "ratio_stream_ceiling_cycle": (total(clrs, "untraced_ms")
+                                         / sum(_stream_floor(ours[n]) for n in sizes)),
+          "stream_share_cycle": (sum(_stream_floor(ours[n]) for n in sizes)
+                                 / total(ours, "untraced_ms")),
+          "ratio_dram_ceiling_cycle": (total(clrs, "untraced_ms") / sum(
+              _stream_floor(ours[n], "rest_dram_ms") for n in sizes))}
+
+
+def _stream_floor(run: Dict[str, Any], rest: str = "rest_stream_ms") -> float:
+  """ms of one step's products (outside the remat, as timed) and its other passes at
+  the stream rate (`rest_dram_ms`: at the rate from memory)."""
+  return run["products_wall_ms"] + run[rest]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -44,6 +44,16 @@ def test_tiny_profile_of_both_impls(tmp_path):
   assert 0 < c["products_share_cycle"] < 1 and 0 < c["clrs_products_share_cycle"] < 1
   assert c["ratio_products_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
                                                             / c["products_share_cycle"])
+  # The other passes: their bytes, and the step with them at a plain pass's rate.
+  ours = report["algorithms"]["bfs"]["ours"]
+  run = ours["per_size"]["4"]
+  assert run["rest_mb"] > 0 and run["rest_ms"] > 0 and run["stream_limit_gbps"] > 0
+  assert run["rest_stream_ms"] == pytest.approx(run["rest_mb"] / run["stream_limit_gbps"])
+  assert c["stream_share_cycle"] > c["products_share_cycle"]
+  assert c["ratio_stream_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
+                                                          / c["stream_share_cycle"])
+  assert run["rest_dram_ms"] == pytest.approx(run["rest_mb"] / run["dram_limit_gbps"])
+  assert c["ratio_dram_ceiling_cycle"] > 0
 
 
 _HLO = """HloModule m
@@ -93,3 +103,48 @@ def test_untraced_counts_the_pages_a_call_touches_fresh():
   res = profile_step.untraced(touch, reps=3)
   assert res["minor_faults"] >= 256
   assert res["untraced_ms"] > 0 and res["sys_ms"] >= 0
+
+
+_HLO_BYTES = """HloModule m
+
+%fused_computation.7 (p0: f32[10,4,8], p1: f32[4,8], p2: s32[]) -> f32[10,4,8] {
+  %p0 = f32[10,4,8]{2,1,0} parameter(0)
+  %p1 = f32[4,8]{1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %z = s32[] constant(0)
+  %m = f32[4,8]{1,0} maximum(%p1, %p1)
+  %b = f32[1,4,8]{2,1,0} bitcast(%m)
+  ROOT %dus = f32[10,4,8]{2,1,0} dynamic-update-slice(%p0, %b, %p2, %z, %z)
+}
+
+%fused_computation.8 (q0: f32[10,4,8], q1: s32[]) -> f32[4,8] {
+  %q0 = f32[10,4,8]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %z.1 = s32[] constant(0)
+  %ds = f32[1,4,8]{2,1,0} dynamic-slice(%q0, %q1, %z.1, %z.1), dynamic_slice_sizes={1,4,8}
+  %r = f32[4,8]{1,0} bitcast(%ds)
+  ROOT %neg = f32[4,8]{1,0} negate(%r)
+}
+
+ENTRY %main (s: f32[10,4,8], x: f32[4,8], i: s32[]) -> f32[4,8] {
+  %s = f32[10,4,8]{2,1,0} parameter(0)
+  %x = f32[4,8]{1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %upd = f32[10,4,8]{2,1,0} fusion(%s, %x, %i), kind=kLoop, calls=%fused_computation.7
+  %rd = f32[4,8]{1,0} fusion(%upd, %i), kind=kLoop, calls=%fused_computation.8
+  %cp = pred[4,8]{1,0} copy(%rd)
+  ROOT %add = f32[4,8]{1,0} add(%rd, %x)
+}
+"""
+
+
+def test_thunk_bytes_counts_slices_and_in_place_updates():
+  # (Instruction names are unique in a module, as XLA prints them.)
+  nbytes = profile_step.thunk_bytes(_HLO_BYTES)
+  assert set(nbytes) == {"s", "x", "i", "upd", "rd", "cp", "add"}
+  # In place: reads x and the index, writes one [4, 8] slice; the stack is not read.
+  assert nbytes["upd"] == 4 * 32 + 4 + 4 * 32
+  # Reads one slice of the stack and the index, writes [4, 8].
+  assert nbytes["rd"] == 4 * 32 + 4 + 4 * 32
+  assert nbytes["cp"] == 2 * 32          # a copy: its result's size, read and written
+  assert nbytes["add"] == 3 * 4 * 32     # two operands and the result
