@@ -541,8 +541,9 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
   The rest of ours' step is passes over memory.  Were each of them as fast as a plain
   elementwise pass can be here (`rest_stream_ms`: their bytes at `stream_limit_gbps`),
   the step would take the products' time plus that, if the two still did not
-  overlap: `ratio_stream_ceiling` is dm-clrs's step over it, `stream_share` its share
-  of ours' step (how much of the step is at one of the machine's two limits).  The
+  overlap (`_stream_floor`): `ratio_stream_ceiling` is dm-clrs's step over it,
+  `stream_share` its share of ours' step (how much of the step is at one of the
+  machine's two limits).  The
   step's tensors do not all stay in cache; `ratio_dram_ceiling` is the same with the
   rest at the rate of a pass over tensors far larger than the caches
   (`dram_limit_gbps`): lower, and nearer what a pass over data from memory can do.
@@ -585,9 +586,11 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
 
 
 def _stream_floor(run: Dict[str, Any], rest: str = "rest_stream_ms") -> float:
-  """ms of one step's products (outside the remat, as timed) and its other passes at
-  the stream rate (`rest_dram_ms`: at the rate from memory)."""
-  return run["products_wall_ms"] + run[rest]
+  """ms of one untraced step's products (outside the remat) and its other passes at the
+  stream rate (`rest_dram_ms`: at the rate from memory).  Both are timed under the
+  profiler, so they are taken as a share of the traced step's wall time (same calls)
+  and applied to the untraced step: this machine's speed drifts between the two."""
+  return run["untraced_ms"] * (run["products_wall_ms"] + run[rest]) / run["wall_ms"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
