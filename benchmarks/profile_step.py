@@ -102,18 +102,22 @@ def instruction_table(hlo_text: str) -> Dict[str, Tuple[str, str]]:
   return table
 
 
-def product_instructions(hlo_text: str) -> Set[str]:
-  """Names of the instructions that are matrix products: a `dot`, or a fusion whose
-  computation holds one (XLA:CPU's `ynn_fusion`s are a dot alone or a reduction)."""
-  with_dot, fusions, products, current = set(), {}, set(), None
+def _instructions(hlo_text: str, pattern: re.Pattern):
+  """(computation, match, line) for each instruction line `pattern` matches."""
+  current = None
   for line in hlo_text.splitlines():
     m = _COMPUTATION.match(line)
     if m and not line[0].isspace():
       current = m.group(1)
-      continue
-    m = _INSTRUCTION.match(line)
-    if not m:
-      continue
+    elif m := pattern.match(line):
+      yield current, m, line
+
+
+def product_instructions(hlo_text: str) -> Set[str]:
+  """Names of the instructions that are matrix products: a `dot`, or a fusion whose
+  computation holds one (XLA:CPU's `ynn_fusion`s are a dot alone or a reduction)."""
+  with_dot, fusions, products = set(), {}, set()
+  for current, m, line in _instructions(hlo_text, _INSTRUCTION):
     if m.group(2) == "dot":
       with_dot.add(current)
       products.add(m.group(1))
@@ -148,15 +152,7 @@ def thunk_bytes(hlo_text: str) -> Dict[str, int]:
   their result.  A lower bound where a pass reads a value twice (a fusion that
   recomputes a broadcast operand, a reduction's second sweep)."""
   ins, body = {}, collections.defaultdict(list)
-  current = None
-  for line in hlo_text.splitlines():
-    m = _COMPUTATION.match(line)
-    if m and not line[0].isspace():
-      current = m.group(1)
-      continue
-    m = _HEAD.match(line)
-    if not m:
-      continue
+  for current, m, line in _instructions(hlo_text, _HEAD):
     calls = _CALLS.search(line)
     ins[m.group(2)] = (m.group(3), m.group(4), _operands(m.group(5)), bool(m.group(1)),
                        calls.group(1) if calls else None)
