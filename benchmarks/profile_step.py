@@ -29,9 +29,10 @@ second floor: a rewrite that changes no committed number keeps each at its shape
 other thunks are passes over memory: `rest_mb` counts the bytes they read and write
 (`thunk_bytes`, from the HLO's shapes), `rest_gbps` their rate while they run, and
 `stream_limit_gbps` the rate of a plain elementwise pass in a loop in this process (both
-cores, warm buffers the size of one [B, N, N, H] tensor): `ceiling()`'s `ratio_stream_ceiling`
-is dm-clrs's step over ours' products plus that rest at the stream rate.  Timings share the
-CPU with whatever else runs.
+cores, warm buffers the size of one [B, N, N, H] tensor; `dram_limit_gbps` over arrays
+larger than the caches): `ceiling()`'s `ratio_stream_ceiling` (`ratio_dram_ceiling`) is
+dm-clrs's step over ours' products plus that rest at the one rate (the other).  Timings
+share the CPU with whatever else runs.
 """
 
 from __future__ import annotations
@@ -446,7 +447,9 @@ def markdown(report: Dict[str, Any]) -> str:
                    f"{c['median_size']}: {c['ratio_products_ceiling_median_size']:.2f}); "
                    f"with the rest at the stream rate {c['stream_share_cycle']:.0%} "
                    f"(ceiling {c['ratio_stream_ceiling_cycle']:.2f}, n = "
-                   f"{c['median_size']}: {c['ratio_stream_ceiling_median_size']:.2f})")
+                   f"{c['median_size']}: {c['ratio_stream_ceiling_median_size']:.2f}; "
+                   f"from memory {c['ratio_dram_ceiling_cycle']:.2f}, n = "
+                   f"{c['median_size']}: {c['ratio_dram_ceiling_median_size']:.2f})")
     for impl, res in ((i, r) for i, r in by_impl.items() if i != "ceiling"):
       s = res["summary"]
       lines.append(f"\n{algorithm} / {impl}: {s['wall_ms']:.0f} ms wall, "
