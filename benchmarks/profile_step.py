@@ -542,10 +542,10 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
   the step would take the products' time plus that, if the two still did not
   overlap (`_stream_floor`): `ratio_stream_ceiling` is dm-clrs's step over it,
   `stream_share` its share of ours' step (how much of the step is at one of the
-  machine's two limits).  The
-  step's tensors do not all stay in cache; `ratio_dram_ceiling` is the same with the
-  rest at the rate of a pass over tensors far larger than the caches
-  (`dram_limit_gbps`): lower, and nearer what a pass over data from memory can do.
+  machine's two limits).  The step's tensors do not all stay in cache;
+  `ratio_dram_ceiling` is the same with the rest at the rate of a pass over tensors far
+  larger than the caches (`dram_limit_gbps`): lower, and nearer what a pass over data
+  from memory can do.
 
   Per size, and over the sizes as the benchmark reads them: the median size (its
   median ratio) and the sum over one cycle (its mean ratio)."""
