@@ -212,13 +212,17 @@ def message_mlp_max(pre, w1, b1, w2, b2):
   masked cotangent for the weight gradient, which on CPU cost more than the
   products themselves (naive_string_matcher: ~10 ms of copies per step).
   Ties in the max share the cotangent equally, as jnp.max's VJP does; relu'(0)
-  is 0, as jax.nn.relu's.
+  is 0, as jax.nn.relu's.  The number of tied senders is counted in the forward
+  pass as an integer sum over the bool indicator and kept: the backward's
+  cotangent is then one select, where jnp.max's VJP converts the indicator to
+  floats and sums them (two more [B, N, N, H] passes and a broadcast); a count
+  of ones is exact either way, so the bits are the same.
   """
   return _message_mlp_max_fwd(pre, w1, b1, w2, b2)[0]
 
 
 # What the per-step remat keeps instead of recomputing (module doc, 8).
-_REMAT_SAVES = ("message_h1", "message_hit", "message_max")
+_REMAT_SAVES = ("message_h1", "message_hit", "message_ties", "message_max")
 
 
 def _message_mlp_max_fwd(pre, w1, b1, w2, b2):
@@ -226,17 +230,18 @@ def _message_mlp_max_fwd(pre, w1, b1, w2, b2):
   out = jnp.dot(h1, w2) + b2
   m = jnp.max(out, axis=1)
   hit = out == m[:, None]                 # where the max is: bool [B, N, N, H]
+  ties = jnp.sum(hit, axis=1, dtype=jnp.int32)   # senders at the max: [B, N, H]
   h1 = checkpoint_name(h1, "message_h1")
   hit = checkpoint_name(hit, "message_hit")
+  ties = checkpoint_name(ties, "message_ties")
   m = checkpoint_name(m, "message_max")
-  return m, (pre, w1, w2, h1, hit)
+  return m, (pre, w1, w2, h1, hit, ties)
 
 
 def _message_mlp_max_bwd(res, g):
-  pre, w1, w2, h1, hit = res
+  pre, w1, w2, h1, hit, ties = res
   hidden = h1.shape[-1]
-  hit = hit.astype(g.dtype)
-  d_out = hit * (g / jnp.sum(hit, axis=1))[:, None]
+  d_out = jnp.where(hit, (g / ties.astype(g.dtype))[:, None], 0.0)
   d_h1 = jnp.dot(d_out, w2.T) * (h1 > 0)
   d_w2 = jnp.dot(h1.reshape(-1, hidden).T, d_out.reshape(-1, hidden))
   d_w1 = jnp.dot(jax.nn.relu(pre).reshape(-1, pre.shape[-1]).T,
