@@ -21,9 +21,9 @@ from nar_markov import learner
 
 HIDDEN = 8
 
-# Every CLRS-30 algorithm: the fast net is the default for all thirty, so each
-# is checked against the reference (issue 27: the equality tests cover every
-# algorithm the fast net touches).  Among them, the kinds whose path differs:
+# Every CLRS-30 algorithm: the fast net is the default for all thirty, and a
+# change to it touches every one, so each is checked against the reference.
+# Among them, the kinds whose path differs:
 # bfs: node pointer + masks; floyd_warshall: edge pointer/scalar/mask, node
 # mask_one; dfs: node categorical, graph scalar; lcs_length: edge
 # categorical; binary_search: graph pointer output; segments_intersect:
