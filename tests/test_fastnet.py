@@ -8,7 +8,6 @@ decoders and encoders handle differently).
 """
 
 import clrs
-from clrs._src import decoders
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,35 +28,14 @@ HIDDEN = 8
 # categorical; binary_search: graph pointer output; segments_intersect:
 # graph mask output; naive_string_matcher: 20 nodes, long trajectories;
 # insertion_sort and the other sorts: permutation-pointer outputs (Gumbel
-# noise in training, the same on both sides here: `same_gumbel_noise`).
+# noise in training, the same on both sides here: conftest's
+# `same_gumbel_noise`).
 # Outputs that read e_t (edge features, node pointers) carry the last step's
 # edge features and triplet messages through the scan, the others do not:
 # bridges (edge mask output), articulation_points (node mask output) and
 # kmp_matcher (graph mask hints) add a long-trajectory graph algorithm of
 # each kind and the second string matcher.
 ALGORITHMS = list(data.ALGORITHMS)
-NOISE_SEED = 1234
-
-
-@pytest.fixture
-def same_gumbel_noise(monkeypatch):
-  """Both nets add the same Gumbel noise to permutation-pointer logits.
-
-  In training dm-clrs draws it inside its scan at every step and keeps the
-  last step's outputs; the fast net decodes outputs once after the scan and
-  draws it there, from another key (same distribution, another sample).  With
-  every noisy `decoders.log_sinkhorn` on one fixed key, both add the same
-  [B, N, N] noise to the same logits and the noisy path is still compared.
-  """
-  log_sinkhorn = decoders.log_sinkhorn
-
-  def log_sinkhorn_same_noise(x, steps, temperature, zero_diagonal,
-                              noise_rng_key):
-    if noise_rng_key is not None:
-      noise_rng_key = jax.random.PRNGKey(NOISE_SEED)
-    return log_sinkhorn(x, steps, temperature, zero_diagonal, noise_rng_key)
-
-  monkeypatch.setattr(decoders, "log_sinkhorn", log_sinkhorn_same_noise)
 
 
 def _batch(algorithm, extra_steps=2, batch_size=3):
