@@ -31,6 +31,34 @@ def _gin_cleared_after_each_test():
   gin.clear_config()
 
 
+def _memory_maps() -> tuple:
+  """(memory maps this process holds, the most the kernel allows), or None off Linux."""
+  try:
+    with open("/proc/self/maps", encoding="ascii") as f:
+      held = sum(1 for _ in f)
+    limit = int(pathlib.Path("/proc/sys/vm/max_map_count").read_text())
+  except (OSError, ValueError):
+    return None
+  return held, limit
+
+
+@pytest.fixture(autouse=True)
+def _jax_executables_freed_before_the_map_limit():
+  """Every XLA executable this process compiles or loads from the persistent cache
+  keeps its own memory maps until JAX's in-memory caches let it go, and tests that
+  run a net op by op (test_fastnet: thousands of small executables per algorithm)
+  add 2,000-4,000 maps each.  At vm.max_map_count (65,530 by default) XLA's next
+  mmap fails and the process segfaults loading an executable; a CI worker did, in
+  test_evaluate after test_fastnet's thirty algorithms.  Past half the limit the
+  caches are cleared (back to about 1,500 maps); below it nothing is, since a
+  clear costs recompilations (test_fastnet: +50 % if cleared after every test)."""
+  yield
+  maps = _memory_maps()
+  if maps is not None and maps[0] > maps[1] // 2:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.clear_caches()
+
+
 @pytest.fixture(scope="session")
 def data_cache_dir(tmp_path_factory) -> pathlib.Path:
   """Val/test splits are generated once per session (or reused from
