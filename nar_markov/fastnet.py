@@ -3,14 +3,15 @@
 `FastNet` has `Net`'s parameters (same names and shapes, so a checkpoint of either runs
 in the other; `learner.Learner` creates them with `Net`, so a seed gives the same initial
 parameters under both) and computes the same function up to float round-off
-(tests/test_fastnet.py: losses, gradients and predictions against `Net` on every CLRS
-feature type).  The work it removes -- low-rank edge features folded into the next
-matrix, inputs encoded and outputs decoded once, pointer decoders and the message MLP
-with hand-written VJPs, remat with chosen saves, finished steps skipped, only what the
-output decoders read carried through the scan -- is listed with its measurements in
-docs/performance.md; the named scopes (encode, process, decode, ...) are what
-benchmarks/profile_step.py attributes time by.  Only the Triplet-GMPNN processor (the
-paper's) has a fast path; `NetConfig(impl='reference')` runs dm-clrs's modules as they are.
+(tests/test_fastnet.py: losses, gradients and predictions against `Net` on all 30
+CLRS-30 algorithms, so on every CLRS feature type).  The work it removes -- low-rank
+edge features folded into the next matrix, inputs encoded and outputs decoded once,
+pointer decoders and the message MLP with hand-written VJPs, remat with chosen saves,
+finished steps skipped, only what the output decoders read carried through the scan --
+is listed with its measurements in docs/performance.md; the named scopes (encode,
+process, decode, ...) are what benchmarks/profile_step.py attributes time by.  Only the
+Triplet-GMPNN processor (the paper's) has a fast path; `NetConfig(impl='reference')`
+runs dm-clrs's modules as they are.
 """
 
 from __future__ import annotations

@@ -22,6 +22,30 @@ import flat
 quiet.setup([])
 
 
+@pytest.fixture
+def same_gumbel_noise(monkeypatch):
+  """Our nets and dm-clrs's add the same Gumbel noise to permutation-pointer logits.
+
+  In training dm-clrs draws it inside its scan at every step and keeps the
+  last step's outputs; the fast net decodes outputs once after the scan and
+  draws it there, from another key (same distribution, another sample).  With
+  every noisy `decoders.log_sinkhorn` on one fixed key, both add the same
+  [B, N, N] noise to the same logits and the noisy path is still compared.
+  The patch acts on dm-clrs's module function, which both nets call.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from clrs._src import decoders  # pylint: disable=g-import-not-at-top
+  log_sinkhorn = decoders.log_sinkhorn
+
+  def log_sinkhorn_same_noise(x, steps, temperature, zero_diagonal,
+                              noise_rng_key):
+    if noise_rng_key is not None:
+      noise_rng_key = jax.random.PRNGKey(1234)
+    return log_sinkhorn(x, steps, temperature, zero_diagonal, noise_rng_key)
+
+  monkeypatch.setattr(decoders, "log_sinkhorn", log_sinkhorn_same_noise)
+
+
 @pytest.fixture(autouse=True)
 def _gin_cleared_after_each_test():
   """NetConfig, Protocol and the other configurables read gin's bindings whenever

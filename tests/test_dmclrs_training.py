@@ -5,7 +5,6 @@ batches, our baseline (history='full', the fast net) and dm-clrs 2.0.3's
 import tempfile
 
 import clrs
-from clrs._src import decoders
 from clrs._src import encoders
 from clrs._src import probing
 import jax
@@ -38,7 +37,6 @@ CONSTANT_LR_HORIZON = 10**9
 # segment, another loss weight, the paper's 10,000-step cosine) moves
 # parameters by 1e-7 or more within STEPS steps.
 ATOL = 1e-9
-NOISE_SEED = 1234
 
 # Each algorithm stands for a kind of feature whose path differs in the fast
 # net: node pointers (bfs), permutation pointers with Gumbel noise in training
@@ -55,32 +53,20 @@ COVERS = {
 
 
 @pytest.fixture
-def float64_same_noise(monkeypatch):
+def float64_same_noise(monkeypatch, same_gumbel_noise):  # pylint: disable=unused-argument,redefined-outer-name
   """float64, the same Gumbel noise on both sides, and no float32 cast inside.
 
-  Noise: dm-clrs adds Gumbel noise to permutation-pointer logits in training
-  (decoders.log_sinkhorn), drawing it inside its scan at every step and
-  keeping the last step's outputs; our fast net decodes outputs once after
-  the scan and draws the noise there, from another key (same distribution,
-  another sample).  Here every noisy log_sinkhorn uses one fixed key, so both
-  add the same [B, N, N] noise to the same logits, and the noisy training
-  path is still the one compared.
+  Noise: conftest's `same_gumbel_noise` (one fixed key for every noisy
+  decoders.log_sinkhorn, so the noisy training path is still compared).
 
   Cast: dm-clrs's encoders.preprocess casts each non-pointer feature to
   float32 before encoding it, a no-op in float32 training.  In float64 it
   puts float32 roundings inside the net (on the soft hints fed back), where
   our fast net rounds differently grouped sums, so differences of float32
-  size would hide float64 round-off.  Here the cast is to float64.  Both
-  patches act on dm-clrs's module functions, which both nets call.
+  size would hide float64 round-off.  Here the cast is to float64 (patched
+  on dm-clrs's module function, which both nets call).
   """
-  log_sinkhorn = decoders.log_sinkhorn
   preprocess = encoders.preprocess
-
-  def log_sinkhorn_same_noise(x, steps, temperature, zero_diagonal,
-                              noise_rng_key):
-    if noise_rng_key is not None:
-      noise_rng_key = jax.random.PRNGKey(NOISE_SEED)
-    return log_sinkhorn(x, steps, temperature, zero_diagonal, noise_rng_key)
 
   def preprocess_float64(dp, nb_nodes):
     out = preprocess(dp, nb_nodes)
@@ -90,7 +76,6 @@ def float64_same_noise(monkeypatch):
                              type_=out.type_,
                              data=jnp.asarray(values, jnp.float64))
 
-  monkeypatch.setattr(decoders, "log_sinkhorn", log_sinkhorn_same_noise)
   monkeypatch.setattr(encoders, "preprocess", preprocess_float64)
   with jax.enable_x64(True):
     yield
