@@ -32,7 +32,8 @@ other thunks are passes over memory: `rest_mb` counts the bytes they read and wr
 cores, warm buffers the size of one [B, N, N, H] tensor; `dram_limit_gbps` over arrays
 larger than the caches): `ceiling()`'s `ratio_stream_ceiling` (`ratio_dram_ceiling`) is
 dm-clrs's step over ours' products plus that rest at the one rate (the other).  Timings
-share the CPU with whatever else runs.
+share the CPU with whatever else runs; the impls take turns size by size (which goes
+first alternating), so that the machine's drift over minutes falls on both.
 """
 
 from __future__ import annotations
@@ -487,16 +488,24 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
   stream = bench.ClrsTrainStream(algorithm, seed=seed, batch_size=batch,
                                  lengths=tuple(lengths))
   feedbacks = [next(stream) for _ in stream.lengths]
+  # The impls take turns per size, which goes first alternating, as bench.py's loop
+  # does: this machine's speed drifts by 30-50 % over minutes (both impls' steps
+  # at once, 2026-11-28), and one impl profiled whole before the other read
+  # jarvis_march's median-size ratio as 2.11 where alternating steps read 1.4-1.6.
+  by_impl = {impl: {} for impl in impls}
+  sizes = []
+  for feedback in feedbacks:
+    n = data.nb_nodes_of(feedback)
+    if n not in sizes:  # one size for all train lengths (segments_intersect: 4 nodes)
+      sizes.append(n)
+      turn = impls if len(sizes) % 2 else list(reversed(impls))
+      for impl in turn:
+        by_impl[impl][str(n)] = profile_size(impl, algorithm, feedback, stream.spec,
+                                             hidden, reps, seed)
+        _log(f"{algorithm} {impl} n={n}: {by_impl[impl][str(n)]['wall_ms']:.0f} ms wall")
   out = {}
   for impl in impls:
-    per_size = {}
-    for feedback in feedbacks:
-      n = data.nb_nodes_of(feedback)
-      if str(n) in per_size:  # one size for all train lengths (segments_intersect: 4 nodes)
-        continue
-      per_size[str(n)] = profile_size(impl, algorithm, feedback, stream.spec,
-                                      hidden, reps, seed)
-      _log(f"{algorithm} {impl} n={n}: {per_size[str(n)]['wall_ms']:.0f} ms wall")
+    per_size = by_impl[impl]
     res = {"per_size": per_size, "summary": summarize(per_size)}
     if impl == "ours":
       dram = stream_limit_gbps(DRAM_ELEMENTS)

@@ -82,6 +82,30 @@ ENTRY %main.5 (a: f32[4,8], w: f32[8,8]) -> f32[4] {
 """
 
 
+def test_the_impls_take_turns_size_by_size(monkeypatch):
+  """One impl profiled whole before the other lets the machine's drift over minutes
+  fall on one of them; they alternate per size, which goes first alternating."""
+  calls = []
+
+  class Done(Exception):
+    pass
+
+  def fake_profile_size(impl, algorithm, feedback, spec, hidden, reps, seed):
+    calls.append((impl, profile_step.data.nb_nodes_of(feedback)))
+    return {"wall_ms": 1.0}
+
+  def stop(per_size):
+    raise Done
+
+  monkeypatch.setattr(profile_step, "profile_size", fake_profile_size)
+  monkeypatch.setattr(profile_step, "summarize", stop)
+  with pytest.raises(Done):
+    profile_step.profile_algorithm("bfs", ["ours", "clrs"], hidden=8, batch=2,
+                                   lengths=[4, 7, 11], reps=1, seed=0)
+  assert calls == [("ours", 4), ("clrs", 4), ("clrs", 7), ("ours", 7),
+                   ("ours", 11), ("clrs", 11)]
+
+
 def test_covered_counts_overlaps_once():
   assert profile_step.covered_us([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17
   assert profile_step.covered_us([]) == 0
