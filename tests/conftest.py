@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import textwrap
+from typing import Optional, Tuple
 
 import pytest
 # Imported before any test captures output: submitit's logger keeps the sys.stderr
@@ -55,7 +56,7 @@ def _gin_cleared_after_each_test():
   gin.clear_config()
 
 
-def _memory_maps() -> tuple:
+def _memory_maps() -> Optional[Tuple[int, int]]:
   """(memory maps this process holds, the most the kernel allows), or None off Linux."""
   try:
     with open("/proc/self/maps", encoding="ascii") as f:

@@ -41,8 +41,7 @@ def test_a_crashing_test_process_fails_the_readme_command_instead_of_hanging(tmp
   args = shlex.split(_readme_test_command().split("python -m pytest", 1)[1])
   # The README's flags, pinned to two processes (where the hang was seen)
   # whatever the machine's core count; no repository config in tmp_path.
-  args = [a for a in args if a not in ("auto",)]
-  args[args.index("-n")] = "-n2"
+  args[args.index("-n"):args.index("-n") + 2] = ["-n2"]
   proc = subprocess.run(
       [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
       cwd=tmp_path, capture_output=True, text=True, timeout=180)
