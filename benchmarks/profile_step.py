@@ -25,7 +25,10 @@ both impls, `ceiling` says how far ours can get (`ceiling()`).
 in this process, per size (the algorithm's: at its largest size): the message MLP's
 achieved rate over it says how close that stage is to the machine's limit.  The
 step's matrix products outside the remat (`products_ms`, `products_wall_ms`) are a
-second floor: a rewrite that changes no committed number keeps each at its shape.  The
+second floor: a rewrite that changes no committed number keeps each at its shape.
+`products_gflop` counts their arithmetic (`product_flops`, from the HLO's shapes) and
+`products_peak_ms` is the time it takes at `peak_gflops`, a large product on both
+cores: the machine's compute limit, under which no step with those products can go.  The
 other thunks are passes over memory: `rest_mb` counts the bytes they read and write
 (`thunk_bytes`, from the HLO's shapes), `rest_gbps` their rate while they run, and
 `stream_limit_gbps` the rate of a plain elementwise pass in a loop in this process (both
@@ -126,6 +129,32 @@ def product_instructions(hlo_text: str) -> Set[str]:
     elif m.group(2) == "fusion" and (calls := _CALLS.search(line)):
       fusions[m.group(1)] = calls.group(1)
   return products | {name for name, body in fusions.items() if body in with_dot}
+
+
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+
+
+def _dims(hlo_type: str) -> List[int]:
+  return [int(d) for d in _SHAPE.search(hlo_type).group(2).split(",") if d]
+
+
+def product_flops(hlo_text: str) -> Dict[str, float]:
+  """name -> FLOPs of one call, for the products of `product_instructions`: two per
+  output element and contracted index of each dot (a fusion: of the dots it holds)."""
+  found = list(_instructions(hlo_text, _HEAD))
+  types = {m.group(2): m.group(3) for _, m, _ in found}
+  in_body, fusions, flops = collections.defaultdict(float), {}, {}
+  for current, m, line in found:
+    name, opcode = m.group(2), m.group(4)
+    if opcode == "dot":
+      lhs = _dims(types[_operands(m.group(5))[0]])
+      axes = [int(a) for a in _CONTRACTING.search(line).group(1).split(",") if a]
+      flops[name] = 2.0 * np.prod(_dims(m.group(3))) * np.prod([lhs[a] for a in axes])
+      in_body[current] += flops[name]
+    elif opcode == "fusion" and (calls := _CALLS.search(line)):
+      fusions[name] = calls.group(1)
+  flops.update({name: in_body[body] for name, body in fusions.items() if body in in_body})
+  return flops
 
 
 def _nbytes(hlo_type: str) -> int:
@@ -278,6 +307,7 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   """Stage x phase milliseconds per call of `run` (already compiled and warm)."""
   table = instruction_table(hlo_text)
   products = product_instructions(hlo_text)
+  flops = product_flops(hlo_text)
   nbytes = thunk_bytes(hlo_text)
   logdir = tempfile.mkdtemp(prefix="nar_markov_profile_")
   try:
@@ -291,6 +321,7 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   by_op = collections.defaultdict(float)
   by_duration = collections.defaultdict(float)
   products_ms = dict.fromkeys(PHASES, 0.0)
+  products_gflop = dict.fromkeys(PHASES, 0.0)
   product_spans = []
   rest_ms = rest_bytes = 0.0
   nb_thunks = 0
@@ -305,6 +336,7 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
     by_duration[duration_bucket(e["dur"])] += per_call_ms
     if e["name"] in products:
       products_ms[phase] += per_call_ms
+      products_gflop[phase] += flops.get(e["name"], 0.0) / 1e9 / reps
       if phase != "remat":
         product_spans.append((e["ts"], e["ts"] + e["dur"]))
     else:
@@ -315,6 +347,7 @@ def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   return {"ms": dict(ms), "busy_ms": sum(ms.values()),
           "wall_ms": 1e3 * float(np.median(wall)),
           "thunks": nb_thunks / reps, "products_ms": products_ms,
+          "products_gflop": products_gflop,
           "products_wall_ms": covered_us(product_spans) / 1e3 / reps,
           "rest_ms": rest_ms, "rest_mb": rest_bytes / 1e6,
           "rest_gbps": rest_bytes / 1e6 / rest_ms if rest_ms else None,
@@ -372,6 +405,21 @@ def matmul_limit_gflops(rows: int, hidden: int, reps: int = 5) -> float:
   run = lambda: f(x, w).block_until_ready()
   run()
   return 2.0 * rows * hidden * hidden / min(_timed(run) for _ in range(reps)) / 1e9
+
+
+def peak_gflops(size: int = 2048, reps: int = 5) -> float:
+  """GFLOP/s of one [size, size] x [size, size] product here and now, on both cores:
+  the machine's compute limit as XLA:CPU reaches it (a step's products, all smaller,
+  run at most at this rate)."""
+  x = jnp.ones((size, size), jnp.float32)
+  f = jax.jit(jnp.dot)
+  run = lambda: f(x, x).block_until_ready()
+  run()
+  return 2.0 * size**3 / min(_timed(run) for _ in range(reps)) / 1e9
+
+
+def _outside_remat(products: Dict[str, float]) -> float:
+  return products["fwd"] + products["bwd"]
 
 
 # A pass over 64 MiB arrays (three of them): larger than this machine's caches.
@@ -451,6 +499,13 @@ def markdown(report: Dict[str, Any]) -> str:
                    f"{c['median_size']}: {c['ratio_stream_ceiling_median_size']:.2f}; "
                    f"from memory {c['ratio_dram_ceiling_cycle']:.2f}, n = "
                    f"{c['median_size']}: {c['ratio_dram_ceiling_median_size']:.2f})")
+      lines.append(f"{algorithm}: the products' FLOPs at the machine's peak are "
+                   f"{c['peak_share_cycle']:.0%} of our step over a cycle (n = "
+                   f"{c['median_size']}: {c['peak_share_median_size']:.0%}; dm-clrs's "
+                   f"{c['clrs_peak_share_cycle']:.0%}); our products run at "
+                   f"{c['products_of_peak_cycle']:.0%} of peak; dm-clrs's step over "
+                   f"them at peak {c['ratio_peak_ceiling_cycle']:.2f} (n = "
+                   f"{c['median_size']}: {c['ratio_peak_ceiling_median_size']:.2f})")
     for impl, res in ((i, r) for i, r in by_impl.items() if i != "ceiling"):
       s = res["summary"]
       lines.append(f"\n{algorithm} / {impl}: {s['wall_ms']:.0f} ms wall, "
@@ -504,9 +559,15 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
                                              hidden, reps, seed)
         _log(f"{algorithm} {impl} n={n}: {by_impl[impl][str(n)]['wall_ms']:.0f} ms wall")
   out = {}
+  peak = peak_gflops()
   for impl in impls:
     per_size = by_impl[impl]
-    res = {"per_size": per_size, "summary": summarize(per_size)}
+    res = {"per_size": per_size, "summary": summarize(per_size), "peak_gflops": peak}
+    for r in per_size.values():
+      # The step's arithmetic at the machine's limit: its products' FLOPs (ours'
+      # outside the remat, which an exact step can do without) at the peak rate.
+      r["peak_gflops"] = peak
+      r["products_peak_ms"] = 1e3 * _outside_remat(r["products_gflop"]) / peak
     if impl == "ours":
       dram = stream_limit_gbps(DRAM_ELEMENTS)
       for n, r in per_size.items():
@@ -556,6 +617,11 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
   larger than the caches (`dram_limit_gbps`): lower, and nearer what a pass over data
   from memory can do.
 
+  The strictest floor is the products' arithmetic at the machine's peak
+  (`products_peak_ms`): `peak_share` is the share of ours' step it would take
+  (`clrs_peak_share` dm-clrs's), `ratio_peak_ceiling` dm-clrs's step over it, and
+  `products_of_peak` the rate ours' products run at now, as a share of the peak.
+
   Per size, and over the sizes as the benchmark reads them: the median size (its
   median ratio) and the sum over one cycle (its mean ratio)."""
   sizes = sorted(ours, key=int)
@@ -570,7 +636,13 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
                   "ratio_stream_ceiling": clrs[n]["untraced_ms"] / _stream_floor(ours[n]),
                   "stream_share": _stream_floor(ours[n]) / ours[n]["untraced_ms"],
                   "ratio_dram_ceiling": (clrs[n]["untraced_ms"]
-                                         / _stream_floor(ours[n], "rest_dram_ms"))}
+                                         / _stream_floor(ours[n], "rest_dram_ms")),
+                  "peak_share": ours[n]["products_peak_ms"] / ours[n]["untraced_ms"],
+                  "clrs_peak_share": clrs[n]["products_peak_ms"] / clrs[n]["untraced_ms"],
+                  "ratio_peak_ceiling": (clrs[n]["untraced_ms"]
+                                         / ours[n]["products_peak_ms"]),
+                  "products_of_peak": (ours[n]["products_peak_ms"]
+                                       / ours[n]["products_wall_ms"])}
               for n in sizes}
   mid = sizes[len(sizes) // 2]
   total = lambda runs, key: sum(runs[n][key] for n in sizes)
@@ -590,7 +662,15 @@ def ceiling(ours: Dict[str, Dict[str, Any]], clrs: Dict[str, Dict[str, Any]]
           "stream_share_cycle": (sum(_stream_floor(ours[n]) for n in sizes)
                                  / total(ours, "untraced_ms")),
           "ratio_dram_ceiling_cycle": (total(clrs, "untraced_ms") / sum(
-              _stream_floor(ours[n], "rest_dram_ms") for n in sizes))}
+              _stream_floor(ours[n], "rest_dram_ms") for n in sizes)),
+          "peak_share_cycle": (total(ours, "products_peak_ms")
+                               / total(ours, "untraced_ms")),
+          "clrs_peak_share_cycle": (total(clrs, "products_peak_ms")
+                                    / total(clrs, "untraced_ms")),
+          "ratio_peak_ceiling_cycle": (total(clrs, "untraced_ms")
+                                       / total(ours, "products_peak_ms")),
+          "products_of_peak_cycle": (total(ours, "products_peak_ms")
+                                     / total(ours, "products_wall_ms"))}
 
 
 def _stream_floor(run: Dict[str, Any], rest: str = "rest_stream_ms") -> float:

@@ -56,6 +56,15 @@ def test_tiny_profile_of_both_impls(tmp_path):
                                                           / c["stream_share_cycle"])
   assert run["rest_dram_ms"] == pytest.approx(run["rest_mb"] / run["dram_limit_gbps"])
   assert c["ratio_dram_ceiling_cycle"] > 0
+  # The products' arithmetic at the machine's peak: the strictest floor.
+  assert ours["peak_gflops"] > 0 and sum(run["products_gflop"].values()) > 0
+  assert run["products_peak_ms"] == pytest.approx(
+      1e3 * (run["products_gflop"]["fwd"] + run["products_gflop"]["bwd"])
+      / ours["peak_gflops"])
+  assert 0 < c["peak_share_cycle"] < c["products_share_cycle"]
+  assert c["ratio_peak_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
+                                                        / c["peak_share_cycle"])
+  assert 0 < c["products_of_peak_cycle"] < 1
 
 
 _HLO = """HloModule m
@@ -115,6 +124,17 @@ def test_products_are_dots_and_fusions_of_one():
   products = profile_step.product_instructions(_HLO)
   assert {"ynn_fusion", "dot.4"} <= products
   assert "ynn_fusion.1" not in products and "reduce.3" not in products
+
+
+def test_product_flops_count_each_dot_and_the_dots_a_fusion_holds():
+  flops = profile_step.product_flops(_HLO)
+  # [4, 8] x [8, 8]: 4 * 8 outputs, 8 products and sums each.
+  assert flops["ynn_fusion"] == flops["dot.4"] == 2 * 4 * 8 * 8
+  assert "ynn_fusion.1" not in flops
+  batched = _HLO.replace(
+      "%dot.4 = f32[4,8]{1,0} dot(%ynn_fusion, %w), lhs_contracting_dims={1}",
+      "%dot.4 = f32[8]{0} dot(%ynn_fusion, %w), lhs_contracting_dims={0}")
+  assert profile_step.product_flops(batched)["dot.4"] == 2 * 8 * 4
 
 
 def test_untraced_counts_the_pages_a_call_touches_fresh():
