@@ -397,8 +397,11 @@ def profile_size(impl: str, algorithm: str, feedback, spec, hidden: int,
   return res
 
 
-def matmul_limit_gflops(rows: int, hidden: int, reps: int = 5) -> float:
-  """GFLOP/s of one [rows, H] x [H, H] product here and now."""
+def matmul_limit_gflops(rows: int, hidden: int, reps: int = 50) -> float:
+  """GFLOP/s of one [rows, H] x [H, H] product here and now: the fastest of `reps`
+  calls in a row.  A sub-millisecond product called a few times after other work reads
+  up to half its rate (the fastest of 5 read 211-239 GFLOP/s at [3872, 128] where 50
+  read 384-444, AMD EPYC, 2026-11-28): the threads that run it are still waking."""
   x = jnp.ones((rows, hidden), jnp.float32)
   w = jnp.ones((hidden, hidden), jnp.float32)
   f = jax.jit(jnp.dot)
