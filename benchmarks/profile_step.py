@@ -53,7 +53,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 if __package__ in (None, ""):  # run by path: make `benchmarks` importable from the repo root
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -118,19 +118,6 @@ def _instructions(hlo_text: str, pattern: re.Pattern):
       yield current, m, line
 
 
-def product_instructions(hlo_text: str) -> Set[str]:
-  """Names of the instructions that are matrix products: a `dot`, or a fusion whose
-  computation holds one (XLA:CPU's `ynn_fusion`s are a dot alone or a reduction)."""
-  with_dot, fusions, products = set(), {}, set()
-  for current, m, line in _instructions(hlo_text, _INSTRUCTION):
-    if m.group(2) == "dot":
-      with_dot.add(current)
-      products.add(m.group(1))
-    elif m.group(2) == "fusion" and (calls := _CALLS.search(line)):
-      fusions[m.group(1)] = calls.group(1)
-  return products | {name for name, body in fusions.items() if body in with_dot}
-
-
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
 
 
@@ -139,8 +126,10 @@ def _dims(hlo_type: str) -> List[int]:
 
 
 def product_flops(hlo_text: str) -> Dict[str, float]:
-  """name -> FLOPs of one call, for the products of `product_instructions`: two per
-  output element and contracted index of each dot (a fusion: of the dots it holds)."""
+  """name -> FLOPs of one call, for each instruction that is a matrix product: a `dot`,
+  or a fusion whose computation holds one (XLA:CPU's `ynn_fusion`s are a dot alone or a
+  reduction).  Two FLOPs per output element and contracted index of each dot (a
+  fusion: of the dots it holds)."""
   found = list(_instructions(hlo_text, _HEAD))
   types = {m.group(2): m.group(3) for _, m, _ in found}
   in_body, fusions, flops = collections.defaultdict(float), {}, {}
@@ -306,8 +295,8 @@ def untraced(run, reps: int) -> Dict[str, float]:
 def profile_calls(run, hlo_text: str, impl: str, reps: int) -> Dict[str, Any]:
   """Stage x phase milliseconds per call of `run` (already compiled and warm)."""
   table = instruction_table(hlo_text)
-  products = product_instructions(hlo_text)
   flops = product_flops(hlo_text)
+  products = set(flops)
   nbytes = thunk_bytes(hlo_text)
   logdir = tempfile.mkdtemp(prefix="nar_markov_profile_")
   try:

@@ -121,7 +121,7 @@ def test_covered_counts_overlaps_once():
 
 
 def test_products_are_dots_and_fusions_of_one():
-  products = profile_step.product_instructions(_HLO)
+  products = set(profile_step.product_flops(_HLO))
   assert {"ynn_fusion", "dot.4"} <= products
   assert "ynn_fusion.1" not in products and "reduce.3" not in products
 
