@@ -41,7 +41,10 @@ def test_tiny_profile_of_both_impls(tmp_path):
   assert products["fwd"] > 0 and products["bwd"] > 0
   wall = report["algorithms"]["bfs"]["ours"]["per_size"]["4"]["products_wall_ms"]
   assert 0 < wall <= products["fwd"] + products["bwd"] + 1e-9
-  assert 0 < c["products_share_cycle"] < 1 and 0 < c["clrs_products_share_cycle"] < 1
+  # Shares of the untraced step, from times under the profiler: no upper bound holds
+  # for a step this small (dm-clrs's read 1.74 in one CI run, its products' traced
+  # busy time against its fastest untraced step, on a machine running two tests).
+  assert c["products_share_cycle"] > 0 and c["clrs_products_share_cycle"] > 0
   assert c["ratio_products_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
                                                             / c["products_share_cycle"])
   # The other passes: their bytes, and the step with them at a plain pass's rate.
@@ -61,9 +64,10 @@ def test_tiny_profile_of_both_impls(tmp_path):
   assert run["products_peak_ms"] == pytest.approx(
       1e3 * (run["products_gflop"]["fwd"] + run["products_gflop"]["bwd"])
       / ours["peak_gflops"])
-  assert 0 < c["peak_share_cycle"] < c["products_share_cycle"]
+  assert c["peak_share_cycle"] > 0
   assert c["ratio_peak_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
                                                         / c["peak_share_cycle"])
+  # Products of a few rows run far below a [2048]^2 product's rate.
   assert 0 < c["products_of_peak_cycle"] < 1
 
 
