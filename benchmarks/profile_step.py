@@ -410,10 +410,6 @@ def peak_gflops(size: int = 2048, reps: int = 5) -> float:
   return 2.0 * size**3 / min(_timed(run) for _ in range(reps)) / 1e9
 
 
-def _outside_remat(products: Dict[str, float]) -> float:
-  return products["fwd"] + products["bwd"]
-
-
 # A pass over 64 MiB arrays (three of them): larger than this machine's caches.
 DRAM_ELEMENTS = 16 * 2**20
 
@@ -558,8 +554,8 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
     for r in per_size.values():
       # The step's arithmetic at the machine's limit: its products' FLOPs (ours'
       # outside the remat, which an exact step can do without) at the peak rate.
-      r["peak_gflops"] = peak
-      r["products_peak_ms"] = 1e3 * _outside_remat(r["products_gflop"]) / peak
+      r["products_peak_ms"] = 1e3 * (r["products_gflop"]["fwd"]
+                                     + r["products_gflop"]["bwd"]) / peak
     if impl == "ours":
       dram = stream_limit_gbps(DRAM_ELEMENTS)
       for n, r in per_size.items():
