@@ -54,6 +54,9 @@ NOT_NUMBERS = ("wall_time_s", "train_time_s", "eval_time_s", "steps_per_s", "ver
 # Recorded since the golden files were written, beside their numbers: the test score of
 # each selection rule, and in "settings" the fields that done-ness compares since.
 ADDED = {"selection"}
+# And in "device": XLA:CPU's thread count (nar_markov/devices.py), 2 for every golden file.
+DEVICE_ADDED = {"xla_cpu_threads"}
+GOLDEN_XLA_CPU_THREADS = 2
 COMPONENT_FIELDS = {f.name for c in (experiment.Protocol, NetConfig, experiment.GatePenalty)
                     for f in dataclasses.fields(c)}
 
@@ -101,6 +104,7 @@ def differences(got, want, where="") -> list:
   if isinstance(want, dict) and isinstance(got, dict):
     out = [f"{where}.{k}: only in the golden" for k in want if k not in got]
     added = (COMPONENT_FIELDS if where.endswith(".settings") else
+             DEVICE_ADDED if where.endswith(".device") else
              ADDED if "schema" in want else set())
     out += [f"{where}.{k}: not in the golden" for k in got if k not in want and k not in added]
     for k in want:
@@ -150,6 +154,9 @@ def test_a_tiny_run_gives_its_golden_numbers(name, tmp_path, monkeypatch, data_c
                 + "; ".join(f"{f.name}: {s}" for f, s in sets.items())
                 + "): the same code gives other numbers here. Write one with this module's "
                 "--write from code that passes on a CPU that has one")
+  if devices.xla_cpu_threads() != GOLDEN_XLA_CPU_THREADS:
+    pytest.skip(f"XLA:CPU has {devices.xla_cpu_threads()} threads here (PJRT_NPROC), the "
+                f"golden runs {GOLDEN_XLA_CPU_THREADS}: work split otherwise, other rounding")
   want = json.loads((golden / f"{name}.json").read_text())
   monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
   results_dir = tmp_path / "results"
