@@ -144,10 +144,10 @@ def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
 
 def settings_from_gin() -> Dict[str, Any]:
   """The settings `estimate_run` and the calibration estimate read, from the
-  components of the gin config parsed last (nar_markov.experiment.configured)."""
+  components of the gin config parsed last (nar_markov.runspec.configured)."""
   from nar_markov import cluster  # pylint: disable=g-import-not-at-top  (no jax)
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
-  c = experiment.configured()
+  from nar_markov import runspec  # pylint: disable=g-import-not-at-top  (no jax)
+  c = runspec.configured()
   protocol, net = c["protocol"], c["net"]
   out = {n: getattr(protocol, n) for n in (
       "train_steps", "batch_size", "train_lengths", "eval_every_steps",

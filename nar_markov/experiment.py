@@ -16,15 +16,8 @@ import gin
 
 from nar_markov import config as config_lib
 from nar_markov import runs
+from nar_markov import runspec
 from nar_markov.netconfig import NetConfig
-from nar_markov.runspec import (  # pylint: disable=unused-import  (until callers import runspec)
-    ALWAYS_RECORDED, MULTITASK_SUFFIX, MULTITASK_UPDATES, PAPER_LABELS, PENALTY_SETTINGS,
-    VALIDATION_MODES, GatePenalty, Protocol, Resolved, _Task, _make_tasks, check_algorithms,
-    check_label, check_protocol, check_seeds, configured, defining_fields, needs_calibration,
-    record_settings, resolve_lambda, resolve_train_lengths, run_definition,
-    run_definition_from_gin, run_settings, run_settings_from_gin)
-
-run_dir = runs.run_dir
 
 
 @gin.configurable(denylist=["algorithm", "seed", "results_dir"])
@@ -34,8 +27,8 @@ def run_experiment(*,
                    model: str = gin.REQUIRED,
                    results_dir: str = "results",
                    net: Optional[NetConfig] = None,
-                   protocol: Optional[Protocol] = None,
-                   penalty: Optional[GatePenalty] = None,
+                   protocol: Optional[runspec.Protocol] = None,
+                   penalty: Optional[runspec.GatePenalty] = None,
                    save_final_state: bool = False) -> Any:
   """Train the net on `algorithm` with `seed`; write and return the result dict(s).
 
@@ -96,34 +89,34 @@ def run_experiment(*,
   is an error, runs.LockHeld.  A diverged seed gets its "diverged" results
   at once, tested on its best validation parameters, and the others go on.
   """
-  for name, value, kind in (("net", net, NetConfig), ("protocol", protocol, Protocol),
-                            ("penalty", penalty, GatePenalty)):
+  for name, value, kind in (("net", net, NetConfig), ("protocol", protocol, runspec.Protocol),
+                            ("penalty", penalty, runspec.GatePenalty)):
     if value is not None and not isinstance(value, kind):
       raise TypeError(f"run_experiment.{name} must be a {kind.__name__} or None, "
                       f"got {value!r}")
   net = net if net is not None else NetConfig()
-  protocol = protocol if protocol is not None else Protocol()
-  model = check_label(model, net, penalty)
-  seeds, one_seed = check_seeds(seed)
-  algorithms, one_alg = check_algorithms(algorithm)
-  if len(algorithms) > 1 and not model.endswith(MULTITASK_SUFFIX):
+  protocol = protocol if protocol is not None else runspec.Protocol()
+  model = runspec.check_label(model, net, penalty)
+  seeds, one_seed = runspec.check_seeds(seed)
+  algorithms, one_alg = runspec.check_algorithms(algorithm)
+  if len(algorithms) > 1 and not model.endswith(runspec.MULTITASK_SUFFIX):
     raise ValueError(
         f"{len(algorithms)} algorithms train one shared processor: use a multi-task "
-        f"label ({model + MULTITASK_SUFFIX!r}, gin/multitask.gin), not {model!r}")
+        f"label ({model + runspec.MULTITASK_SUFFIX!r}, gin/multitask.gin), not {model!r}")
   if penalty is not None and net.history != "gated":
     raise ValueError(f"a gate penalty needs the gated history (NetConfig.history = "
                      f"'gated'), not {net.history!r}")
-  tasks = _make_tasks(model, algorithms, penalty, results_dir, protocol, net)
+  tasks = runspec.make_tasks(model, algorithms, penalty, results_dir, protocol, net)
   from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
-  return train.run(Resolved(
+  return train.run(runspec.Resolved(
       tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
       results_dir=results_dir, net=net, protocol=protocol,
       gin_str=run_gin(model, net, protocol, penalty),
       save_final_state=bool(save_final_state)))
 
 
-def as_gin(model: str, net: NetConfig, protocol: Protocol,
-           penalty: Optional[GatePenalty]) -> str:
+def as_gin(model: str, net: NetConfig, protocol: runspec.Protocol,
+           penalty: Optional[runspec.GatePenalty]) -> str:
   """The gin bindings of a run's label and components (config.gin of a run
   started from Python without gin)."""
   lines = [f"run_experiment.model = {model!r}"]
@@ -137,8 +130,8 @@ def as_gin(model: str, net: NetConfig, protocol: Protocol,
   return "\n".join(lines) + "\n"
 
 
-def run_gin(model: str, net: NetConfig, protocol: Protocol,
-            penalty: Optional[GatePenalty]) -> str:
+def run_gin(model: str, net: NetConfig, protocol: runspec.Protocol,
+            penalty: Optional[runspec.GatePenalty]) -> str:
   """A run's config.gin: the parsed gin, and after it -- where the caller gave the run
   other components than that gin makes (nar_markov/calibrate.py's runs: their own
   label, length and lambda) -- the run's own, which gin reads over the ones above.
@@ -147,7 +140,7 @@ def run_gin(model: str, net: NetConfig, protocol: Protocol,
   if not parsed:
     return as_gin(model, net, protocol, penalty)
   try:
-    c = configured()
+    c = runspec.configured()
   except ValueError:  # gin that builds no components (a bad binding): write them all
     c = {}
   if (c.get("model"), c.get("net"), c.get("protocol"), c.get("penalty")) == (
@@ -174,6 +167,6 @@ def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
     raise ValueError(f"a single-task job trains one algorithm, got {algorithms}")
   run_experiment(algorithm=algorithms if multitask else algorithms[0], seed=seeds,
                  results_dir=results_dir)
-  model = configured()["model"]
-  return [str(run_dir(results_dir, model, a, s) / runs.RESULT_NAME)
+  model = runspec.configured()["model"]
+  return [str(runs.run_dir(results_dir, model, a, s) / runs.RESULT_NAME)
           for s in seeds for a in algorithms]

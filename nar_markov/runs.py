@@ -5,7 +5,7 @@ Imports no jax: the launcher, ``--status`` and the analysis read results through
 A run ``<results>/<model>/<algorithm>/seed<k>/`` is **done** when `check_result` says so: its
 ``result.json`` parses, has the schema (`result_problems`), a final status (done or diverged)
 and the definition the caller asks for -- model, algorithm, seed, the training settings
-(``experiment.run_settings``) and λ (value, reading of the heuristic, first penalised step). A file
+(``runspec.run_settings``) and λ (value, reading of the heuristic, first penalised step). A file
 that merely exists is not enough. The verdicts:
 
   done / diverged   a valid result with the asked-for definition;
@@ -249,7 +249,7 @@ def definition_mismatch(recorded: Mapping[str, Any], expected: Mapping[str, Any]
                         ) -> List[Tuple[str, Any, Any]]:
   """(name, recorded, expected) for each defining value that differs.
 
-  `expected`: the run's definition (``experiment.run_definition``: model, algorithm,
+  `expected`: the run's definition (``runspec.run_definition``: model, algorithm,
   seed, lambda_gate, lambda_reading, penalty_start_step, and "settings", a
   dict compared key by key over the keys of both: a setting recorded only where
   it differs from its default is absent on the side that has the default).  A

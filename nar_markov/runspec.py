@@ -414,7 +414,7 @@ def run_definition_from_gin(algorithm: str, results_dir,
   c = configured()
   model = check_label(c["model"])
   if model.endswith(MULTITASK_SUFFIX):
-    tasks = _make_tasks(model, list(algorithms or [algorithm]), c["penalty"], results_dir,
+    tasks = make_tasks(model, list(algorithms or [algorithm]), c["penalty"], results_dir,
                         c["protocol"], c["net"])
     return next(t.definition for t in tasks if t.algorithm == algorithm)
   settings = run_settings_from_gin(algorithm, net=c["net"], protocol=c["protocol"])
@@ -500,7 +500,7 @@ def resolve_train_lengths(train_lengths: Union[Sequence[int], Mapping[str, Seque
 
 
 @dataclasses.dataclass
-class _Task:
+class Task:
   """One algorithm of a job: its index in the net, lambda and run definition."""
   index: int
   algorithm: str
@@ -527,9 +527,9 @@ class _Task:
                                           train_steps=settings.get("train_steps")))
 
 
-def _make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePenalty],
-                results_dir, protocol: Protocol, net: NetConfig) -> List[_Task]:
-  """The `_Task` of each algorithm: settings, lambda and definition.
+def make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePenalty],
+                results_dir, protocol: Protocol, net: NetConfig) -> List[Task]:
+  """The `Task` of each algorithm: settings, lambda and definition.
 
   A multi-task label trains one processor on all `algorithms`; its settings
   name them (and the update rule), and G-ForgetNet's lambda is bound by hand
@@ -553,7 +553,7 @@ def _make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePen
     else:
       lam, start, info = resolve_lambda(penalty, alg, results_dir=results_dir,
                                         settings=settings)
-    tasks.append(_Task(index=k, algorithm=alg, lengths=lengths, lam=lam,
+    tasks.append(Task(index=k, algorithm=alg, lengths=lengths, lam=lam,
                        penalty_start=start, lambda_info=info, penalty=penalty,
                        settings=settings, calibration_settings=record_settings(settings),
                        definition=run_definition(model, alg, settings, lam, start, info,
@@ -567,7 +567,7 @@ class Resolved:
   (nar_markov.train.run): the tasks (one per algorithm), the seeds, where results
   go and the gin text written beside them, and how the caller wants them back
   (`one_seed`, `one_alg`: a dict rather than a list)."""
-  tasks: List["_Task"]
+  tasks: List["Task"]
   seeds: List[int]
   one_seed: bool
   one_alg: bool

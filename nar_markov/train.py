@@ -1,6 +1,6 @@
 """The training loop: a list of algorithms x seeds, checkpoints, validation, selection, results.
 
-What nar_markov.experiment.run_experiment resolved (jax-free) is trained here: one
+What nar_markov.experiment.run_experiment resolved (runspec.Resolved) is trained here: one
 processor on a list of algorithms (single-task is a list of one; several: dm-clrs
 run.py's multi-task rule) for one or more seeds (K seeds of one algorithm: one
 vmapped step).  The jitted net is nar_markov.learner's; this module owns the
@@ -33,7 +33,7 @@ from nar_markov import runs
 from nar_markov import util
 
 if TYPE_CHECKING:  # what a run is (jax-free) builds what this module trains; never imported here
-  from nar_markov.experiment import Protocol, Resolved, _Task  # pylint: disable=g-bad-import-order
+  from nar_markov.runspec import Protocol, Resolved, Task
 
 # The test score of each selection rule is in result.json's "selection"; test_score is
 # the first's, dm-clrs run.py's: the first evaluation and every strict improvement.
@@ -165,7 +165,7 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
 class _Job:
   """What the seeds of one run_experiment call share."""
   model: str
-  tasks: List["_Task"]
+  tasks: List["Task"]
   multitask: bool                     # a *_multitask label (result fields)
   summed_step: Any                    # multitask_update='summed' with >1 algorithm
   save_final_state: bool
@@ -328,7 +328,7 @@ class _SeedRun:
                          "checkpoint is kept: use another results_dir or move it aside")
       return
     # Checkpoints written before the history policy was part of the definition: their
-    # label pinned it (experiment.check_label).
+    # label pinned it (runspec.check_label).
     recorded = [dict(r, history=r.get("history", e["history"])) for r, e in zip(recorded, expected)]
     diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
     if diffs:
@@ -355,7 +355,7 @@ class _SeedRun:
         lambda_constant=task.penalty is None or task.penalty.acts_from_start_only,
         results_dir=self.results_dir)
 
-  def lambda_at(self, task: "_Task", step: int) -> np.float32:
+  def lambda_at(self, task: "Task", step: int) -> np.float32:
     """The penalty weight of train step `step` (0-based): 0 before the task's penalty
     start, then its lambda (adapted: `adapt_lambda`), times the ramp's fraction."""
     if step < task.penalty_start:
@@ -537,7 +537,7 @@ class _SeedRun:
                f"{score if score is None else round(score, 4)}")
     return results
 
-  def test(self, params, task: "_Task") -> Dict[str, Any]:
+  def test(self, params, task: "Task") -> Dict[str, Any]:
     """`params` scored on `task`'s test split (its evaluation time counted)."""
     t0 = time.time()
     out = learner.evaluate_split(self.job.net, params, task.test, task.index, task.test_batch_size,
@@ -560,7 +560,7 @@ class _SeedRun:
       tested[rule] = same[0] if same else {
           "step": int(step), "test": {t.algorithm: self.test(params, t) for t in self.job.tasks}}
 
-  def selection_of(self, task: "_Task", test_res) -> Dict[str, Any]:
+  def selection_of(self, task: "Task", test_res) -> Dict[str, Any]:
     """result.json's "selection": the test score under each rule, run.py's first."""
     state = self.state
     out = {"rule": SELECTION_RULES[0], SELECTION_RULES[0]: {
@@ -577,7 +577,7 @@ class _SeedRun:
         out[rule] = {"step": step, "test_score": None}
     return out
 
-  def lambda_calibration_of(self, task: "_Task") -> Optional[Dict[str, Any]]:
+  def lambda_calibration_of(self, task: "Task") -> Optional[Dict[str, Any]]:
     """result.json's lambda_calibration: where lambda came from, and the calibration
     state this run continued from, its paths relative to the results folder."""
     if task.lambda_info is None:
@@ -590,7 +590,7 @@ class _SeedRun:
           self.state["continued_from"], self.results_dir)
     return info
 
-  def result_of(self, task: "_Task", test_res: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+  def result_of(self, task: "Task", test_res: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The result record of one algorithm (schema: nar_markov.runs)."""
     job, state = self.job, self.state
     steps_done = self.step if self.diverged_step is None else self.diverged_step
