@@ -1,6 +1,6 @@
 """Brings results written by older versions up to today's formats, in place, changing no number.
 
-Owns two rewrites of a run folder, each idempotent:
+Owns these rewrites of a run folder, each idempotent:
 
 * ``config.gin``: the old flat bindings (``run_experiment.batch_size``, ...,
   ``run_experiment.lambda_gate``) become today's (``Protocol.*``, ``NetConfig.*``,
@@ -10,6 +10,10 @@ Owns two rewrites of a run folder, each idempotent:
   sweep's gin, over which nar_markov/calibrate.py gave its own label, length and λ:
   those are appended from its result.json, as today's runs write them
   (experiment.run_gin).  Values are copied as they are written.
+* ``config.gin``, again: the launcher's module moved out of the library
+  (``import nar_markov.cluster`` -> ``import launch.cluster``, `MOVED_MODULES`), so the
+  Slurm resources and sweep axes it binds (``slurm_resources.*``, ``sweep_axes.*``)
+  resolve; nothing else of the file changes.
 * ``result.json``: ``lambda_calibration.record`` and ``.continued_from``, absolute paths
   of the machine that trained the run, become relative to the results folder the run
   was trained into (lambda_heuristic.legacy_relpath) -- the only edit made to a result.
@@ -38,8 +42,11 @@ from nar_markov import runspec
 from nar_markov.netconfig import NetConfig
 
 # What gin/base.gin imports: the configurables a config.gin binds.
-IMPORTS = ("import nar_markov.cluster", "import nar_markov.experiment",
+IMPORTS = ("import launch.cluster", "import nar_markov.experiment",
            "import nar_markov.lambda_heuristic", "import nar_markov.netconfig")
+# Modules a config.gin imported that have moved since: old -> new.
+MOVED_MODULES = {"nar_markov.cluster": "launch.cluster"}
+_IMPORT = re.compile(r"^import (" + "|".join(re.escape(m) for m in MOVED_MODULES) + r")\b", re.M)
 _FLAT = re.compile(r"^run_experiment\.([a-z_][a-z0-9_]*)(\s*=)", re.M)
 _MODEL = re.compile(r"^run_experiment\.model\s*=\s*'([a-z0-9_]+)'\s*$", re.M)
 PATH_KEYS = ("record", "continued_from")
@@ -89,6 +96,11 @@ def migrate_flat(text: str) -> str:
   return head + out.rstrip("\n") + "\n" + tail
 
 
+def migrate_imports(text: str) -> str:
+  """`text` (a config.gin) importing today's module where one has moved (MOVED_MODULES)."""
+  return _IMPORT.sub(lambda m: "import " + MOVED_MODULES[m.group(1)], text)
+
+
 def calibration_overrides(result: Mapping[str, Any]) -> str:
   """What nar_markov/calibrate.py gave a calibration run over the sweep's gin (its
   label, the gated net, the calibration length on the same horizon, λ from step 0), as
@@ -108,7 +120,7 @@ def calibration_overrides(result: Mapping[str, Any]) -> str:
 def migrate_config(text: str, result: Optional[Mapping[str, Any]]) -> str:
   """config.gin `text` in today's bindings, giving the run of `result` (None: a folder
   without a result, flat bindings only)."""
-  out = migrate_flat(text)
+  out = migrate_imports(migrate_flat(text))
   if result is not None and result.get("model") == "calibrate":
     model = _MODEL.findall(out)
     if not model or model[-1] != "calibrate":

@@ -13,9 +13,9 @@ import numpy as np
 import optax
 import pytest
 
+from launch import cluster
 from launch import jobs as jobs_lib
 from launch import sweep
-from nar_markov import cluster
 from nar_markov import data
 from nar_markov import experiment
 from nar_markov import model as model_lib
