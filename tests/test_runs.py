@@ -25,10 +25,10 @@ from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import submit
 from launch import sweep
+from nar_markov import checkpoint
 from nar_markov import config
 from nar_markov import runs
 from nar_markov import runspec
-from nar_markov import train
 
 import flat
 
@@ -346,7 +346,7 @@ def test_state_files_round_trip_and_never_unpickle(tmp_path):
   with pytest.raises(ValueError, match="not a readable state file"):
     runs.read_state(path)
   assert not marker.exists()
-  assert train.load_checkpoint(path) is None and not marker.exists()
+  assert checkpoint.load(path) is None and not marker.exists()
 
 
 def test_status_never_loads_submitits_result_pickle(write_result, tmp_path, capsys):
