@@ -271,8 +271,8 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
   for t in range(nb_steps):
     hard = decoders.postprocess(
         spec, {k: v[t] for k, v in logits.items()},
-        sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
-        sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=True)  # pylint: disable=protected-access
+        sinkhorn_temperature=model_lib.SINKHORN_TEMPERATURE,
+        sinkhorn_steps=model_lib.SINKHORN_STEPS_HINTS, hard=True)
     preds.append({k: clrs.DataPoint(name=d.name, location=d.location, type_=d.type_,
                                     data=np.asarray(d.data)) for k, d in hard.items()})
   lengths = np.asarray(feedback.features.lengths)

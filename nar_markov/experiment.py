@@ -32,62 +32,27 @@ def run_experiment(*,
                    save_final_state: bool = False) -> Any:
   """Train the net on `algorithm` with `seed`; write and return the result dict(s).
 
-  The one training loop, as dm-clrs's run.py: a job trains a LIST of
-  algorithms with one processor (single-task is a list of one) for one or
-  more seeds.  What is trained is given by three components, each its own
-  gin configurable (gin/base.gin and the model files bind them):
-
-    net: NetConfig -- the history policy (baseline 'full', ForgetNet 'none',
-      G-ForgetNet 'gated') and the architecture.  None: NetConfig() with its
-      gin bindings.
-    protocol: Protocol -- optimisation, data sizes, validation, evaluation
-      and checkpoint cadence.  None: Protocol() with its gin bindings.
-    penalty: GatePenalty or None -- G-ForgetNet's gate penalty and where its
-      lambda comes from; None: no penalty.
+  The one training loop, as dm-clrs's run.py: a job trains a list of algorithms
+  with one processor (single-task is a list of one) for one or more seeds.
 
   Args (gin-bindable except algorithm/seed/results_dir, which the sweep sets):
-    algorithm: one CLRS-30 name -> a single-task run; a list -> one processor
-      trained on all of them (per-algorithm encoders and decoders, paper App.
-      "Multi-task experiments"), which needs a multi-task label
-      (`<label>_multitask`, gin/multitask.gin).  One result.json per
-      algorithm either way, under <results_dir>/<model>/<algorithm>/seed<k>/.
-    seed: one seed -> returns one run's result (one algorithm) or a dict
-      algorithm -> result (a list).  A sequence of K distinct seeds -> a list
-      of those, in order.  One algorithm: the K seeds train together, one
-      vmapped step (K-seed mode, below); several: one seed after the other.
-    model: the run's label -- the name of its results folder and of its
-      column in the tables (analysis/labels.py knows the paper's: baseline,
-      forget, gforget, gforget_constant, gforget_nopenalty, and their
-      *_multitask).  It selects nothing: the net and the penalty do.
-    save_final_state: keep the state at the last step as FINAL_STATE_NAME
-      beside result.json (the lambda calibration's lambda = 0 runs: G-ForgetNet
-      under the schedule reading continues from it).
+    algorithm: one CLRS-30 name, or a list trained by one processor (a multi-task
+      label, `<label>_multitask`: gin/multitask.gin).  One result.json per
+      algorithm, under <results_dir>/<model>/<algorithm>/seed<k>/.
+    seed: one seed -> one run's result (a dict algorithm -> result for a list of
+      algorithms); K distinct seeds -> a list of those.  K seeds of one algorithm
+      train together, one vmapped step, each as its separate run would
+      (docs/cluster.md, "Several seeds per job").
+    model: the run's label: its results folder and table column.  It selects
+      nothing; the components do (runspec.check_label checks the paper's labels).
+    net, protocol, penalty: the components (NetConfig, runspec.Protocol,
+      runspec.GatePenalty); None: gin's (penalty None: no gate penalty).
+    save_final_state: keep the state at the last step beside result.json (the
+      lambda calibration's runs, which G-ForgetNet continues).
 
-  Multi-task: the processor is validated on every algorithm's val split; the
-  parameters with the best MEAN val score are tested (run.py keeps the best
-  sum); Protocol.multitask_update says how a step updates it.
-
-  K-seed mode (`seed=[s1, ..., sK]` with one algorithm, what the sweep runs
-  with SEEDS_PER_JOB=K): one optimizer step of all K seeds is ONE XLA
-  computation, `jax.vmap` of `Learner._train_step` over parameters, optimizer
-  state, batch and step rng (`make_vmapped_train_step`).  Everything else
-  stays per seed and is exactly what K separate runs do (`_SeedRun`): its own
-  data stream, initial parameters, step rng, validation, best parameters,
-  checkpoint (the same format: a run can be resumed either way), divergence
-  and result.json.  So each seed's result equals its separate run's up to
-  float reassociation in XLA's batched kernels (tests/test_multiseed.py).
-  The K batches of a step have the same graph size (the streams cycle the
-  train lengths in lockstep) and are zero-padded on the time axis to the
-  longest of the K, which changes no number.  Seeds resumed from checkpoints
-  at different steps are trained group by group.  `train_time_s` of a K-seed
-  run is the job's training wall time, shared by its K seeds.
-
-  Done-ness, for every seed: a seed whose results all read back with this
-  call's definition (nar_markov.runs.check_result) is skipped; a result with
-  other settings is an error (nothing trained); a corrupt one is moved aside
-  and the seed trained again; a seed another process is training (its lock)
-  is an error, runs.LockHeld.  A diverged seed gets its "diverged" results
-  at once, tested on its best validation parameters, and the others go on.
+  A seed already done with this definition (runs.check_result) is skipped; a
+  result with other settings is an error; a corrupt one is moved aside and
+  trained again; a seed another process trains is runs.LockHeld.
   """
   for name, value, kind in (("net", net, NetConfig), ("protocol", protocol, runspec.Protocol),
                             ("penalty", penalty, runspec.GatePenalty)):
