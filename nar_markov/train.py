@@ -367,9 +367,9 @@ class _SeedRun:
                           lambda p: {t.algorithm: self.test(p, t) for t in job.tasks})
     results = []
     for task, out_dir in zip(job.tasks, self.out_dirs):
-      record = self.record_of(task)
+      record = _record(self, task)
       if selection.best_params is not None:
-        self.save_params(task, out_dir, record)
+        _save_params(self, task, out_dir, record)
       runs.write_result(out_dir, record)
       results.append(record.as_json())
     self.ckpt_path.unlink(missing_ok=True)  # only now: every result file is on disk
@@ -378,20 +378,6 @@ class _SeedRun:
       util.log(f"wrote {out_dir / runs.RESULT_NAME}: status {result['status']}, test "
                f"{score if score is None else round(score, 4)}")
     return results
-
-  def save_params(self, task: runspec.Task, out_dir: pathlib.Path,
-                  record: runs.RunRecord) -> None:
-    """The best-validation parameters, kept: python -m nar_markov.evaluate <run dir>."""
-    job, selection = self.job, self.state.selection
-    meta = {"algorithm": task.algorithm, "model": job.model, "seed": self.seed,
-            "step": selection.best_step, "val_score": selection.best_scores[task.index],
-            "test_score": None if record.test is None else record.test["score"],
-            "lambda_gate": task.lam,
-            "nb_dims": job.learner.nb_dims[task.index]}
-    if len(job.tasks) > 1:
-      meta.update(algorithms=[t.algorithm for t in job.tasks], nb_dims=job.learner.nb_dims)
-    params_io.save_params(out_dir / runs.PARAMS_NAME, selection.best_params,
-                          dataclasses.asdict(job.learner.config), meta)
 
   def test(self, params, task: runspec.Task, timed: bool = True) -> Dict[str, Any]:
     """`params` scored on `task`'s test split (`timed`: its time counted here)."""
@@ -403,46 +389,63 @@ class _SeedRun:
       self.state.eval_time_s += time.time() - t0
     return out
 
-  def record_of(self, task: runspec.Task) -> runs.RunRecord:
-    """The result of one algorithm, typed (runs.RunRecord writes it)."""
-    job, state = self.job, self.state
-    selection, diverged = state.selection, state.diverged_step is not None
-    updates = state.lambdas.updates
-    return runs.RunRecord(
-        model=job.model, history=job.learner.config.history, algorithm=task.algorithm,
-        seed=self.seed, steps=state.diverged_step if diverged else state.step,
-        train_steps=job.protocol.train_steps, diverged_step=state.diverged_step,
-        test=selection.test_results.get(task.algorithm),
-        val_best=(selection.best_scores[task.index] if selection.best_params is not None
-                  else None),
-        val_best_step=selection.best_step, lambda_gate=task.lam,
-        lambda_reading=(task.lambda_info or {}).get("reading"),
-        penalty_start_step=task.penalty_start,
-        lambda_calibration=self.lambda_calibration_of(task), settings=task.settings,
-        validation_mode=job.protocol.validation_mode, curves=state.curves[task.index],
-        train_time_s=state.train_time_s, eval_time_s=state.eval_time_s,
-        versions=util.package_versions(), code_version=provenance.code_version(),
-        device=devices.describe_backend(), gin_config=job.gin_str,
-        selection=selection.record(task.algorithm, None if diverged else state.step),
-        lambda_updates=updates[task.index] if any(updates) else None,
-        multitask=None if not job.multitask else {
-            "multitask_algorithms": [t.algorithm for t in job.tasks],
-            "multitask_update": job.protocol.multitask_update,
-            "multitask_val_mean_best": (selection.best_val if selection.best_params is not None
-                                        else None)})
 
-  def lambda_calibration_of(self, task: runspec.Task) -> Optional[Dict[str, Any]]:
-    """result.json's lambda_calibration: where lambda came from, and the calibration
-    state this run continued from, its paths relative to the results folder."""
-    if task.lambda_info is None:
-      return None
-    info = dict(task.lambda_info)
-    if info.get("record"):
-      info["record"] = lambda_heuristic.record_relpath(info["record"], self.results_dir)
-    if self.state.continued_from:
-      info["continued_from"] = lambda_heuristic.record_relpath(
-          self.state.continued_from, self.results_dir)
-    return info
+def _record(run: _SeedRun, task: runspec.Task) -> runs.RunRecord:
+  """The result of `run` on one algorithm, typed (runs.RunRecord writes it)."""
+  job, state = run.job, run.state
+  selection, diverged = state.selection, state.diverged_step is not None
+  updates = state.lambdas.updates
+  return runs.RunRecord(
+      model=job.model, history=job.learner.config.history, algorithm=task.algorithm,
+      seed=run.seed, steps=state.diverged_step if diverged else state.step,
+      train_steps=job.protocol.train_steps, diverged_step=state.diverged_step,
+      test=selection.test_results.get(task.algorithm),
+      val_best=(selection.best_scores[task.index] if selection.best_params is not None
+                else None),
+      val_best_step=selection.best_step, lambda_gate=task.lam,
+      lambda_reading=(task.lambda_info or {}).get("reading"),
+      penalty_start_step=task.penalty_start,
+      lambda_calibration=_lambda_calibration(run, task), settings=task.settings,
+      validation_mode=job.protocol.validation_mode, curves=state.curves[task.index],
+      train_time_s=state.train_time_s, eval_time_s=state.eval_time_s,
+      versions=util.package_versions(), code_version=provenance.code_version(),
+      device=devices.describe_backend(), gin_config=job.gin_str,
+      selection=selection.record(task.algorithm, None if diverged else state.step),
+      lambda_updates=updates[task.index] if any(updates) else None,
+      multitask=None if not job.multitask else {
+          "multitask_algorithms": [t.algorithm for t in job.tasks],
+          "multitask_update": job.protocol.multitask_update,
+          "multitask_val_mean_best": (selection.best_val if selection.best_params is not None
+                                      else None)})
+
+
+def _lambda_calibration(run: _SeedRun, task: runspec.Task) -> Optional[Dict[str, Any]]:
+  """result.json's lambda_calibration: where lambda came from, and the calibration
+  state this run continued from, its paths relative to the results folder."""
+  if task.lambda_info is None:
+    return None
+  info = dict(task.lambda_info)
+  if info.get("record"):
+    info["record"] = lambda_heuristic.record_relpath(info["record"], run.results_dir)
+  if run.state.continued_from:
+    info["continued_from"] = lambda_heuristic.record_relpath(
+        run.state.continued_from, run.results_dir)
+  return info
+
+
+def _save_params(run: _SeedRun, task: runspec.Task, out_dir: pathlib.Path,
+                 record: runs.RunRecord) -> None:
+  """The best-validation parameters, kept: python -m nar_markov.evaluate <run dir>."""
+  job, selection = run.job, run.state.selection
+  meta = {"algorithm": task.algorithm, "model": job.model, "seed": run.seed,
+          "step": selection.best_step, "val_score": selection.best_scores[task.index],
+          "test_score": None if record.test is None else record.test["score"],
+          "lambda_gate": task.lam,
+          "nb_dims": job.learner.nb_dims[task.index]}
+  if len(job.tasks) > 1:
+    meta.update(algorithms=[t.algorithm for t in job.tasks], nb_dims=job.learner.nb_dims)
+  params_io.save_params(out_dir / runs.PARAMS_NAME, selection.best_params,
+                        dataclasses.asdict(job.learner.config), meta)
 
 
 def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str, Any]]:
