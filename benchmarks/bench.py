@@ -453,7 +453,7 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   init_feedback = data.take_samples(test, 1)
   nb_nodes = data.nb_nodes_of(test)
   if impl == "ours":
-    batch_size = learner.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
+    batch_size = learner.default_test_batch_size(spec, nb_nodes, hidden)
     net = ours_model(algorithm, model_lib.nb_dims_of(test), hidden)
     # dm-clrs's own initial parameters (the clrs worker's, same seed): the
     # two passes compute the same function, so the scores must agree.

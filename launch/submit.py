@@ -12,9 +12,9 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from launch import cluster
 from launch import jobs
 from launch.plan import Plan, UsageError
-from nar_markov import cluster
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 

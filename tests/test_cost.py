@@ -1,4 +1,4 @@
-"""The dry run's planned cost (nar_markov/cost.py): consistent with its inputs and
+"""The dry run's planned cost (launch/cost.py): consistent with its inputs and
 the measured figures it cites, and importable without jax."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nar_markov import cost
+from launch import cost
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROTOCOL = {"train_steps": 10000, "hidden_size": 128, "batch_size": 32,
@@ -17,7 +17,7 @@ PROTOCOL = {"train_steps": 10000, "hidden_size": 128, "batch_size": 32,
 
 
 def test_cost_imports_neither_jax_nor_clrs():
-  code = ("import sys; from nar_markov import cost; "
+  code = ("import sys; from launch import cost; "
           "print(cost.format_estimate({'bfs': 2}, {'train_steps': 100})); "
           "print(sorted(m for m in ('jax', 'clrs', 'tensorflow') if m in sys.modules))")
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,

@@ -18,10 +18,10 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+from launch import cluster
 from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
-from nar_markov import cluster
 from nar_markov import experiment
 from nar_markov import runs as runs_lib
 

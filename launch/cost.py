@@ -14,10 +14,11 @@ import pathlib
 import statistics
 from typing import Any, Dict, Iterable, Mapping, Sequence
 
+from nar_markov import clrs30
 
 _HERE = pathlib.Path(__file__).resolve().parent
 MEASURED_FILE = _HERE / "cost_cpu.json"
-TRAJECTORY_FILE = _HERE / "clrs30_trajectory_lengths.json"
+TRAJECTORY_FILE = clrs30.TRAJECTORY_LENGTHS_FILE
 
 TRAIN_LENGTHS = (4, 7, 11, 13, 16)
 STRING_MATCHER_LENGTH = 20   # train and validation size of the string matchers
@@ -144,10 +145,10 @@ def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
 
 def settings_from_gin() -> Dict[str, Any]:
   """The settings `estimate_run` and the calibration estimate read, from the
-  components of the gin config parsed last (nar_markov.experiment.configured)."""
-  from nar_markov import cluster  # pylint: disable=g-import-not-at-top  (no jax)
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
-  c = experiment.configured()
+  components of the gin config parsed last (nar_markov.runspec.configured)."""
+  from launch import cluster  # pylint: disable=g-import-not-at-top  (no jax)
+  from nar_markov import runspec  # pylint: disable=g-import-not-at-top  (no jax)
+  c = runspec.configured()
   protocol, net = c["protocol"], c["net"]
   out = {n: getattr(protocol, n) for n in (
       "train_steps", "batch_size", "train_lengths", "eval_every_steps",
@@ -175,7 +176,7 @@ def format_estimate(runs_by_algorithm: Mapping[str, int],
            if settings.get("steps_per_s") else
            "training speed from CPU step times measured on this project's 2-core "
            "x86_64 machine (no GPU)")
-  lines = [f"planned cost -- ESTIMATES, {speed}; nar_markov/cost_cpu.json says "
+  lines = [f"planned cost -- ESTIMATES, {speed}; launch/cost_cpu.json says "
            "where each figure comes from:",
            f"  {'algorithm':<30}{'runs':>6}{'steps':>12}{'h/run':>8}{'train h':>9}"
            f"{'val h':>8}{'test h':>8}{'total h':>9}{'val+test':>9}  memory"]

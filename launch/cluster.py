@@ -22,6 +22,7 @@ from nar_markov import config as config_lib
 from nar_markov import experiment
 from nar_markov import lambda_heuristic
 from nar_markov import runs as runs_lib
+from nar_markov import runspec
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
 MAX_ARRAY_SIZE = 1000
@@ -294,22 +295,22 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
                      f"(run_experiment.model): {e}") from None
   files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
   axes = _axes()
-  components = experiment.configured()
-  model = experiment.check_label(components["model"], components["net"],
-                                 components["penalty"])
+  components = runspec.configured()
+  model = runspec.check_label(components["model"], components["net"],
+                              components["penalty"])
   multitask = axes["multitask"]
-  if multitask != model.endswith(experiment.MULTITASK_SUFFIX):
+  if multitask != model.endswith(runspec.MULTITASK_SUFFIX):
     raise ValueError(
         f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
-        f"sweep (gin/multitask.gin) trains a '*{experiment.MULTITASK_SUFFIX}' label, a "
+        f"sweep (gin/multitask.gin) trains a '*{runspec.MULTITASK_SUFFIX}' label, a "
         "single-task sweep any other")
   algorithms = axes["algorithms"]
   # The components and a lambda bound by hand: refused here rather than in N jobs.  A
   # lambda from calibration records is `calibration_plan`'s.
-  if multitask or not experiment.needs_calibration(components["penalty"]):
+  if multitask or not runspec.needs_calibration(components["penalty"]):
     for a in algorithms:
-      experiment.run_definition_from_gin(a, results_dir,
-                                         algorithms=algorithms if multitask else None)
+      runspec.run_definition_from_gin(a, results_dir,
+                                      algorithms=algorithms if multitask else None)
   SlurmResources()  # validates the Slurm section's values
   common = dict(model=model, gin_files=files, gin_params=tuple(gin_params),
                 results_dir=str(pathlib.Path(results_dir).expanduser().resolve()))
@@ -323,15 +324,15 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
   """Run key -> what its result must have been made with (nar_markov.runs.check_result).
 
-  Single-task runs: `experiment.run_definition_from_gin` (settings, model, lambda;
+  Single-task runs: `runspec.run_definition_from_gin` (settings, model, lambda;
   lambda left out where its calibration record does not exist yet) plus the
   seed; multi-task runs name the algorithms trained together.  Call
   after `expand_runs` (gin parsed).
   """
   if not runs:
     return {}
-  per_alg = {a: experiment.run_definition_from_gin(a, runs[0].results_dir,
-                                              algorithms=runs[0].job_algorithms or None)
+  per_alg = {a: runspec.run_definition_from_gin(a, runs[0].results_dir,
+                                                algorithms=runs[0].job_algorithms or None)
              for a in {r.algorithm for r in runs}}
   return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
 
@@ -372,7 +373,7 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
   """
   if not runs or runs[0].multitask:
     return [], {}, []
-  if not experiment.needs_calibration(experiment.configured()["penalty"]):
+  if not runspec.needs_calibration(runspec.configured()["penalty"]):
     return [], {}, []
   heuristic = lambda_heuristic.LambdaHeuristic()
   todo, have, problems = [], {}, []
@@ -381,7 +382,7 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
     if run.algorithm in seen:
       continue
     seen.add(run.algorithm)
-    settings = experiment.record_settings(experiment.run_settings_from_gin(run.algorithm))
+    settings = runspec.record_settings(runspec.run_settings_from_gin(run.algorithm))
     scope = settings.get("history_scope")
     path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm,
                                         scope)
