@@ -171,7 +171,8 @@ def test_a_gpu_sweep_is_estimated_from_the_gpu_figures(gpu_figures):
   assert float(rows["bfs"][7]) == pytest.approx(bfs["total_s"] / 3600, abs=0.006)
   assert rows["total"][1] == "4"
   # Without a GPU asked, the same figures are not used.
-  assert "GPU" not in cost.format_estimate({"bfs": 3}, PROTOCOL).splitlines()[0]
+  cpu = cost.format_estimate({"bfs": 3}, PROTOCOL)
+  assert cpu.startswith("planned cost -- ESTIMATES, training speed from CPU step times")
 
 
 def test_dry_run_of_the_gpu_overlay_says_there_is_no_gpu_measurement(tmp_path, capsys,
