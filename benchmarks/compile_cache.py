@@ -27,7 +27,8 @@ CPU seconds (of the process, and of the compiling thread: common.CacheLog), and 
 process's CPU seconds in all: on a machine others load, wall seconds stretch with the
 load (the machine's load average is recorded before and after each process), CPU
 seconds much less, so the ratios cold / warm to read are the CPU ones.
-Writes JSON (schema `nar_markov.compile_cache/1`) after every algorithm.
+Writes JSON (schema `nar_markov.compile_cache/1`) after every algorithm; a report already
+at `--out` with the same settings is resumed (its algorithms are skipped).
 """
 
 from __future__ import annotations
@@ -209,7 +210,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "train_steps": args.train_steps,
                          "command": ["python", "benchmarks/compile_cache.py"] + argv},
             "algorithms": {}}
+  if args.out and pathlib.Path(args.out).exists():  # resumed: its algorithms are kept
+    previous = json.loads(pathlib.Path(args.out).read_text())
+    if previous["settings"]["gin_params"] != gin_params or previous["settings"]["gin"] != gin_files:
+      print(f"compile_cache.py: error: {args.out} was measured with other settings; "
+            "choose another --out", file=sys.stderr)
+      return 2
+    report["algorithms"], report["date"] = previous["algorithms"], previous["date"]
   for algorithm in algorithms:
+    if algorithm in report["algorithms"]:
+      continue
     report["algorithms"][algorithm] = measure(algorithm, gin_files, gin_params)
     if args.out:
       common.write_json(args.out, report)
