@@ -55,7 +55,6 @@ import os
 import pathlib
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
