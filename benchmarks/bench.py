@@ -808,7 +808,9 @@ def markdown_table(report: Dict[str, Any]) -> str:
     cells = [algorithm, _fmt(ss["ours"]["steps_per_s"]),
              _fmt(ss["clrs"]["steps_per_s"]), _fmt(ss["ratio"], ".3f"),
              _fmt(ss["ratio_mean"], ".3f"),
-             f"{ss['ours']['warmup_s']:.1f} / {ss['clrs']['warmup_s']:.1f}"]
+             # Rows measured before the first steps were timed say n/a.
+             f"{_fmt(ss['ours'].get('warmup_s'), '.1f')} / "
+             f"{_fmt(ss['clrs'].get('warmup_s'), '.1f')}"]
     for impl in ("ours", "clrs"):
       cpu = cc and cc[impl].get("compile_cpu_s")
       cells.append("skipped" if cc is None else

@@ -38,7 +38,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 

@@ -10,8 +10,10 @@ import pytest
 
 from nar_markov import calibrate
 from nar_markov import config
+from nar_markov import experiment
 from nar_markov import lambda_heuristic
 from nar_markov import replay
+from nar_markov import runs
 from nar_markov import runspec
 
 import flat
@@ -177,7 +179,7 @@ def fake(monkeypatch):
   config.parse_gin([], [])
   fake = FakeTraining()
   monkeypatch.setattr(experiment, "run_experiment", fake)
-  monkeypatch.setattr(experiment, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
+  monkeypatch.setattr(runspec, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
   return fake
 
 
