@@ -84,7 +84,9 @@ def expand(gin_files, gin_params, results_dir):
   try:
     return cluster.expand_runs(gin_files, gin_params, results_dir)
   except (ValueError, FileNotFoundError) as e:
-    raise UsageError(str(e)) from e
+    # Without gin's note on where the value was used ("In call to configurable ...").
+    raise UsageError(" ".join(line.strip() for line in str(e).splitlines()
+                              if not line.strip().startswith("In call to"))) from e
 
 
 def results_folder(path: str) -> pathlib.Path:

@@ -120,15 +120,24 @@ def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypa
     (SMOKE + ["--gin_param", "slurm_resources.timeout_min=2"],
      "slurm_resources.timeout_min must be an int >= 5, got 2"),
     ([], "no gin file given"),
+    # Every job would die at start (ZeroDivisionError); a string was a traceback.
+    (SMOKE + ["--gin_param", "Protocol.val_max_samples=0"], "val_max_samples must be > 0, got 0"),
+    (SMOKE + ["--gin_param", "Protocol.test_max_samples=-8"],
+     "test_max_samples must be > 0, got -8"),
+    (SMOKE + ["--gin_param", "Protocol.val_max_samples='8'"],
+     "val_max_samples must be an int, got '8'"),
+    (SMOKE + ["--gin_param", "Protocol.test_batch_size=0"], "test_batch_size must be > 0, got 0"),
 ])
 def test_bad_input_exits_2_before_submitting(extra, message, tmp_path, fake_slurm,
                                              capsys):
   results = tmp_path / "results"
-  rc = sweep.main(extra + ["--results", str(results), "--cluster", "slurm"])
-  out, err = capsys.readouterr()
-  assert rc == 2
-  assert err.startswith("sweep.py: error: ") and message in err, err
-  assert "Traceback" not in err + out
+  for dry_run in ([], ["--dry-run"]):
+    rc = sweep.main(extra + ["--results", str(results), "--cluster", "slurm"] + dry_run)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    (line,) = err.splitlines()  # one line: not even gin's "In call to configurable ..."
+    assert line.startswith("sweep.py: error: ") and message in line, err
+    assert "Traceback" not in err + out
   assert _scripts(fake_slurm) == []          # sbatch never called
   assert not results.exists()                # no manifest, no log folder
 
