@@ -1,9 +1,11 @@
 """Shared fixtures: one CLRS val/test cache for the whole session; fake Slurm
 commands and result files for the sweep tests."""
 
+import contextlib
 import json
 import os
 import pathlib
+import subprocess
 import textwrap
 from typing import Optional, Tuple
 
@@ -103,6 +105,24 @@ def _jax_compilation_cache(data_cache_dir):
   from nar_markov import learner
   os.environ.setdefault("NAR_MARKOV_JAX_CACHE", str(data_cache_dir / "jax"))
   learner.setup_compilation_cache(os.environ["NAR_MARKOV_JAX_CACHE"])
+
+
+@contextlib.contextmanager
+def read_only(folder: pathlib.Path):
+  """`folder` made read-only; as root (which writes through permissions) also immutable
+  (chattr +i: a read-only file system's EROFS is EPERM here; launch/ and analysis/ treat
+  both alike)."""
+  folder.chmod(0o555)
+  as_root = os.geteuid() == 0
+  try:
+    if as_root and subprocess.run(["chattr", "+i", str(folder)], capture_output=True,
+                                  check=False).returncode != 0:
+      pytest.skip("root cannot make a read-only folder here (chattr +i failed)")
+    yield folder
+  finally:
+    if as_root:
+      subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+    folder.chmod(0o755)
 
 
 def _write_exe(path: pathlib.Path, text: str) -> None:

@@ -323,13 +323,13 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
   seen = []
   real = submit.submit_runs
 
-  def spy(executor, todo, manifest, resources, after):
+  def spy(submission, todo, resources, after):
     results = pathlib.Path(todo[0].results_dir)
     (m,) = jobs_lib.read_manifests(results)
     seen.append([(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]])
     statuses, _ = status_lib.classify(results)
     seen.append({(s.algorithm, s.seed): (s.state, s.detail) for s in statuses})
-    return real(executor, todo, manifest, resources, after)
+    return real(submission, todo, resources, after)
 
   monkeypatch.setattr(submit, "submit_runs", spy)
   results = tmp_path / "results"
