@@ -531,7 +531,7 @@ def test_when_slurm_cannot_be_asked_nothing_is_submitted_twice(slurm, sweep_env,
     # The cluster's configuration with a port no controller listens on.
     conf = pathlib.Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
     if not conf.is_file():
-      pytest.skip(f"no Slurm configuration at {conf} to make an unreachable copy of")
+      _skip_or_fail(f"no Slurm configuration at {conf} to make an unreachable copy of")
     lines = [l for l in conf.read_text().splitlines() if not l.startswith("SlurmctldPort=")]
     (tmp_path / "slurm.conf").write_text("\n".join(lines + ["SlurmctldPort=6899", ""]))
     unreachable = dict(sweep_env, SLURM_CONF=str(tmp_path / "slurm.conf"))
