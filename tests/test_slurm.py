@@ -425,11 +425,15 @@ def test_a_sweep_interrupted_while_submitting_never_submits_a_run_twice(
   calls.mkdir()
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
+  # The signal comes once Slurm has taken the array, before the sweep reads the answer.
   (bin_dir / "sbatch").write_text(f"""#!/bin/sh
 n=$(ls {calls} | wc -l)
 touch {calls}/call_$n
+out=$({shutil.which("sbatch")} "$@")
+rc=$?
 [ "$n" -eq 1 ] && kill -{sig} $PPID
-exec {shutil.which("sbatch")} "$@"
+echo "$out"
+exit $rc
 """)
   (bin_dir / "sbatch").chmod(0o755)
   args = GFORGET_SWEEP + [

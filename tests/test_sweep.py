@@ -703,13 +703,13 @@ GFORGET = ["--gin", "gin/gforget.gin", "--gin", "gin/smoke.gin",
 
 def _signalling_sbatch(fake_slurm, call: int, sig: str):
   """The fake sbatch, which on its `call`-th call (0: the first) sends `sig` to the sweep
-  while it submits (the array still goes out, as when a terminal's Ctrl-C reaches the
+  once it has taken the array, before it answers (as when a terminal's Ctrl-C reaches the
   sweep while sbatch is answering)."""
   calls = fake_slurm["calls"]
   (calls.parent / "fake_bin" / "sbatch").write_text(f"""#!/bin/sh
 n=$(ls {calls} | wc -l)
-[ "$n" -eq {call} ] && kill -{sig} $PPID
 cp "$1" {calls}/script_$n.sh
+[ "$n" -eq {call} ] && kill -{sig} $PPID
 echo "Submitted batch job $((4242 + n))"
 """)
 
