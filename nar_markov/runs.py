@@ -7,13 +7,12 @@ A run ``<results>/<model>/<algorithm>/seed<k>/`` is **done** when `check_result`
 and the definition the caller asks for -- model, algorithm, seed, the training settings
 (``runspec.run_settings``) and λ (value, reading of the heuristic, first penalised step) --
 and the files that replay and re-score it read back (`run_file_problems`: ``config.gin``, and
-``params.npz`` where the run has a test score). A file that merely exists is not enough. The
-verdicts:
+``params.npz`` where there is one). A file that merely exists is not enough. The verdicts:
 
   done / diverged   a valid result with the asked-for definition, its files readable;
   missing           no result.json;
-  corrupt           unreadable, not the schema, not a final status, or a config.gin or
-                    params.npz missing or cut short: result.json moved aside
+  corrupt           unreadable, not the schema, not a final status, a config.gin
+                    missing or empty, or a params.npz cut short: result.json moved aside
                     (`move_aside`, never deleted) and the run trained again;
   other             a valid result made with another definition (without one: another
                     run's, by the model, algorithm and seed of its folder), or one without
@@ -419,8 +418,9 @@ def folder_run(run_folder) -> dict:
 def run_file_problems(run_folder, result: Mapping[str, Any]) -> List[str]:
   """Why the files beside a valid `result` do not let the run be replayed and
   re-scored ([] if they do): its config.gin missing or empty; its params.npz (the
-  tested parameters; a run without a test score has none to keep) missing or not
-  reading back (cut short by a full disk or a kill)."""
+  tested parameters) there but not reading back (cut short by a full disk or a kill).
+  A params.npz that is not there is no problem: git keeps none (the runs committed
+  under results/ have none, and are done), and replay makes it again."""
   folder = pathlib.Path(run_folder)
   problems = []
   try:
@@ -430,7 +430,7 @@ def run_file_problems(run_folder, result: Mapping[str, Any]) -> List[str]:
     problems.append(f"no {CONFIG_NAME}: the run cannot be replayed")
   except (OSError, UnicodeDecodeError) as e:
     problems.append(f"{CONFIG_NAME} does not read back ({e}): the run cannot be replayed")
-  if result.get("test_score") is not None:
+  if (folder / PARAMS_NAME).exists():
     why = params_problem(folder / PARAMS_NAME)
     if why:
       problems.append(f"{why}: its tested parameters cannot be scored again")

@@ -79,9 +79,10 @@ CASES = {
     "demo budget": ({"settings": {"train_steps": 200}}, "other"),
     "hidden 64": ({"settings": {"hidden_size": 64}}, "other"),
     "other lambda": ({"lambda_gate": 0.5}, "other"),
-    # Done means the run can be replayed (config.gin) and re-scored (params.npz).
+    # Done means the run can be replayed (config.gin) and re-scored (params.npz where
+    # there is one; git keeps none, and replay makes it again).
     "params.npz cut short": (_cut_params, "corrupt"),
-    "no params.npz": (lambda d: (d / runs.PARAMS_NAME).unlink(), "corrupt"),
+    "no params.npz": (lambda d: (d / runs.PARAMS_NAME).unlink(), "done"),
     # A run folder deleted mid-run: the job writes params.npz and result.json at the end.
     "no config.gin": (lambda d: (d / runs.CONFIG_NAME).unlink(), "corrupt"),
     "empty config.gin": (lambda d: (d / runs.CONFIG_NAME).write_text(""), "corrupt"),
@@ -179,6 +180,16 @@ def test_status_without_gin_checks_the_result_only(write_result, tmp_path):
   write_result(results, "baseline", "bfs", 1, status="running")
   statuses, _ = status_lib.classify(results)
   assert [(s.seed, s.state) for s in statuses] == [(0, "done"), (1, "corrupt")]
+
+
+@pytest.mark.parametrize("name", sorted({p.parts[-5] for p in (REPO_ROOT / "results").glob(
+    f"*/*/*/seed*/{runs.RESULT_NAME}")}))
+def test_the_committed_runs_are_done(name):
+  """git keeps no params.npz: the committed runs count as done without one, so a sweep
+  on their folder does not move their result.json aside and train them again."""
+  statuses, _ = status_lib.classify(REPO_ROOT / "results" / name)
+  assert statuses and {s.state for s in statuses} <= {"done", "diverged"}, [
+      (s.name, s.state, s.detail) for s in statuses if s.state not in ("done", "diverged")]
 
 
 def test_status_without_gin_counts_a_result_only_in_its_own_folder(write_result, tmp_path,
