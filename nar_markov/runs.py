@@ -55,6 +55,9 @@ CHECKPOINT_NAME = "checkpoint.npz"  # training state (`write_state`)
 # the same seed continues under the schedule reading (nar_markov/calibrate.py).
 FINAL_STATE_NAME = "final_state.npz"
 PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
+# A parameters file's format tag, and the entry of its JSON header (nar_markov.params_io).
+PARAMS_FORMAT = "nar_markov.params/1"
+PARAMS_HEADER_KEY = "__nar_markov__"
 CONFIG_NAME = "config.gin"
 LOCK_NAME = ".lock"
 SWEEP_LOCK = "_sweeps/.lock"
@@ -441,20 +444,19 @@ def params_problem(path) -> Optional[str]:
   """Why `path` is not a whole parameters file (nar_markov.params_io), or None.
   Reads its zip directory and header only, not its arrays: cheap enough for
   --status over a whole sweep."""
-  from nar_markov import params_io  # pylint: disable=g-import-not-at-top  (it imports this)
   path = pathlib.Path(path)
   try:
     # A zip's directory is its last part: a file cut short has none.
     with np.load(path, allow_pickle=False) as z:
-      header = json.loads(str(z[params_io.HEADER_KEY]))
+      header = json.loads(str(z[PARAMS_HEADER_KEY]))
   except FileNotFoundError:
     return f"no {path.name}"
   except KeyError:
     return f"{path.name} is not a parameters file (no header)"
   except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
     return f"{path.name} does not read back ({type(e).__name__}: {e})"
-  if not isinstance(header, dict) or header.get("format") != params_io.FORMAT:
-    return f"{path.name} is not a parameters file (no {params_io.FORMAT!r} header)"
+  if not isinstance(header, dict) or header.get("format") != PARAMS_FORMAT:
+    return f"{path.name} is not a parameters file (no {PARAMS_FORMAT!r} header)"
   return None
 
 
