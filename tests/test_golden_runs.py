@@ -6,9 +6,10 @@ XLA compiles for the CPU's SIMD extensions, so one CPU kind rounds otherwise tha
 and after a few steps trains another trajectory: tests/fixtures/golden_runs/ holds one set
 per CPU kind (each file records the CPU that trained it), and a run is compared with the
 set of its own kind, to the last bit.  On a kind without a set it is compared with the
-nearest set (the most SIMD extensions in common) to OTHER_KIND_RTOL, not skipped. xeon_amx/ was first written by the code from before the training loop
-was split from the net; a set for another kind is written by code that passes on a kind
-that has one, so the sets agree on what the code computes. A change that is meant to
+nearest set (the most SIMD extensions in common) to OTHER_KIND_RTOL, not skipped.
+xeon_amx/ was first written by the code from before the training loop was split from the
+net; a set for another kind is written by code that passes on a kind that has one, so the
+sets agree on what the code computes. A change that is meant to
 change numbers rewrites every set it can, and says so in its commit:
   PYTHONPATH=.:tests python tests/test_golden_runs.py --write tests/fixtures/golden_runs/<kind>
 """
