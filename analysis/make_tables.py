@@ -22,6 +22,9 @@ results), and replaces --out as a whole (a fresh folder next to it takes its pla
 --paper prints the paper's mean next to ours in every cell of Tables 1, 7, 8 and adds the
 paper's columns (literature baselines included) to Table 2. Works when run by path from any
 directory and as a module (`from analysis import make_tables; make_tables.make_all(...)`).
+Errors are one line on stderr: bad arguments or no runs to tabulate (exit 2, nothing
+written), an --out that cannot be written, e.g. read-only or a full disk (exit 1, the old
+--out left as it was).
 """
 
 import argparse
@@ -51,6 +54,10 @@ TABLE_FILES = {
 # Written into every output folder: a folder with it (or, from before it existed, with
 # tables.tex and seeds.csv) is ours to replace; any other non-empty folder is refused.
 MARKER = ".made-by-make_tables"
+
+
+class NoRuns(ValueError):
+  """--results holds no run to put in a table."""
 
 
 def _write(path, text, written):
@@ -130,6 +137,12 @@ def _make_all_into(out, results_dir, *, figures, paper, expected_seeds, log):
   for p in problems:
     log(f"warning: left out {os.path.join(results_dir, p)}")  # p: 'path: reason'
   runs, calibration = results_lib.split_calibration(all_runs)
+  if not runs:
+    # Six empty tables would look like output; say instead that there is nothing to show.
+    raise NoRuns(
+      f"no runs to tabulate under --results {results_dir} ({n_files} result.json files, "
+      f"{len(problems)} left out, {len(calibration)} lambda calibration runs); nothing written"
+    )
   if calibration:
     log(f"{len(calibration)} lambda calibration runs: not results, left out of the tables")
   long = results_lib.to_long(runs)
@@ -288,14 +301,23 @@ def main(argv=None):
     check_out_dir(args.out, args.results)
   except ValueError as e:
     parser.error(str(e))
-  make_all(
-    args.results,
-    args.out,
-    figures=figures,
-    paper=args.paper,
-    expected_seeds=args.expected_seeds,
-    log=lambda m: print(m, file=sys.stderr),
-  )
+  try:
+    make_all(
+      args.results,
+      args.out,
+      figures=figures,
+      paper=args.paper,
+      expected_seeds=args.expected_seeds,
+      log=lambda m: print(m, file=sys.stderr),
+    )
+  except NoRuns as e:
+    print(f"make_tables.py: error: {e}", file=sys.stderr)
+    return 2
+  except OSError as e:  # a read-only --out, a full disk: the old --out is left as it was
+    where = f" ({e.filename})" if e.filename else ""
+    print(f"make_tables.py: error: cannot write --out {args.out}: {e.strerror or e}{where}",
+          file=sys.stderr)
+    return 1
   return 0
 
 

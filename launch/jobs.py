@@ -8,8 +8,11 @@ error log).  Imports no jax.  Details: docs/cluster.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import getpass
+import hashlib
 import json
 import logging
 import os
@@ -37,6 +40,13 @@ _NOT_ENDED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RE
 def log_folder(results_dir) -> pathlib.Path:
   """submitit's folder for the sweep's jobs (%j: the job id)."""
   return pathlib.Path(results_dir) / LOG_DIR / "%j"
+
+
+def remove_literal_log_folder(results_dir) -> None:
+  """submitit's local controller makes its folder as named, `%j` and all: an empty
+  `<results>/_logs/%j` that no job writes to (each job's logs are in `_logs/<id>/`)."""
+  with contextlib.suppress(OSError):  # gone already, or (never seen) not empty
+    (pathlib.Path(results_dir) / LOG_DIR / "%j").rmdir()
 
 
 def private_log_dir(results_dir) -> pathlib.Path:
@@ -92,7 +102,12 @@ def _paths(job) -> dict:
 
 class Manifest:
   """`<results>/_sweeps/<timestamp>.json`: the jobs one sweep submitted, written before
-  it submits (its runs and calibrations planned, then their job ids)."""
+  it submits (its runs and calibrations planned, then their job ids).
+
+  On Slurm each array is tagged before its sbatch (`tag`: its entries name the tag and
+  their task; the array carries it as its comment) and recorded after it, before the
+  next: should the sweep die in between, `states` finds the array in the queue by it.
+  """
 
   def __init__(self, results_dir, cluster_name: str, gin_files, gin_params, argv):
     now = datetime.datetime.now()
@@ -117,11 +132,29 @@ class Manifest:
       self.data["jobs"].append({"model": r.model, "algorithm": r.algorithm, "seed": r.seed,
                                 "run_dir": str(r.run_dir), "job_id": None})
 
+  def tag(self, index: int, runs_by_task: Sequence[Sequence], calibrations=()) -> str:
+    """Tag the planned entries of the array about to be submitted (its `index`-th): task
+    i runs `runs_by_task[i]` (or calibrates `calibrations[i]`).  The tag (for sbatch's
+    --comment) names this manifest and the array."""
+    digest = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:12]
+    tag = f"nar_markov-{digest}-{index}"
+    for task, group in enumerate(runs_by_task):
+      keys = {r.key for r in group}
+      for e in self.data["jobs"]:
+        if not e.get("job_id") and _run_key(e) in keys:
+          e.update(submission=tag, task=task)
+    records = {str(c.record_path): task for task, c in enumerate(calibrations)}
+    for e in self.data["calibration_jobs"]:
+      if not e.get("job_id") and e.get("record") in records:
+        e.update(submission=tag, task=records[e["record"]])
+    return tag
+
   @staticmethod
   def _put(entries: List[dict], record: dict, same) -> dict:
     """Replace the planned entry of the same run (or calibration), else append."""
     for i, e in enumerate(entries):
       if not e.get("job_id") and same(e):
+        record.update({k: e[k] for k in ("submission", "task") if k in e})
         entries[i] = record
         return record
     entries.append(record)
@@ -146,14 +179,20 @@ def _run_key(entry: dict) -> Tuple[str, str, int]:
   return (entry["model"], entry["algorithm"], int(entry["seed"]))
 
 
+_warned_unreadable = set()  # manifests this process has said it cannot read
+
+
 def read_manifests(results_dir) -> List[dict]:
-  """All sweep manifests, oldest first (file names are sortable timestamps)."""
+  """All sweep manifests, oldest first (file names are sortable timestamps); one
+  warning per process for each that does not read."""
   out = []
   for path in sorted((pathlib.Path(results_dir) / MANIFEST_DIR).glob("*.json")):
     try:
       m = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-      print(f"warning: unreadable sweep manifest {path}: {e}", file=sys.stderr)
+      if path not in _warned_unreadable:
+        _warned_unreadable.add(path)
+        print(f"warning: unreadable sweep manifest {path}: {e}", file=sys.stderr)
       continue
     if isinstance(m, dict) and m.get("schema") == MANIFEST_SCHEMA:
       m["_path"] = str(path)
@@ -166,7 +205,8 @@ def last_jobs(results_dir) -> Tuple[Dict[Tuple[str, str, int], dict], Dict[str, 
   entry for it), each with its sweep's cluster, process token and manifest."""
   run_jobs, calib_jobs = {}, {}
   for m in read_manifests(results_dir):
-    context = {"cluster": m.get("cluster"), "sweep": m.get("sweep"), "manifest": m["_path"]}
+    context = {"cluster": m.get("cluster"), "sweep": m.get("sweep"), "manifest": m["_path"],
+               "log_folder": m.get("log_folder")}
     for j in m.get("jobs", []):
       run_jobs[_run_key(j)] = dict(j, **context)
     for j in m.get("calibration_jobs", []):
@@ -215,12 +255,12 @@ def _accounted_states(ids: Sequence[str]) -> Dict[str, str]:
   return {j: watcher.get_state(j, mode="cache").split(" ")[0] for j in ids}
 
 
-def _squeue_states(ids: Sequence[str]) -> Dict[str, str]:
+def _squeue(args: Sequence[str]) -> List[List[str]]:
+  """squeue's lines, split at '|' (-r: one line per array task, also for pending tasks,
+  "12_[3-9]" otherwise); [] when every job asked for has aged out."""
   if shutil.which("squeue") is None:
     raise SchedulerUnavailable("squeue is not on PATH")
-  # -r: one line per array task, also for pending tasks ("12_[3-9]" otherwise).
-  cmd = ["squeue", "-h", "-r", "-o", "%i|%T", "-j",
-         ",".join(sorted({j.split("_")[0] for j in ids}))]
+  cmd = ["squeue", "-h", "-r"] + list(args)
   try:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
   except subprocess.TimeoutExpired:
@@ -228,10 +268,30 @@ def _squeue_states(ids: Sequence[str]) -> Dict[str, str]:
   if proc.returncode != 0:
     # squeue exits 1 with "Invalid job id specified" when every id has aged out.
     if "Invalid job id" in proc.stderr:
-      return {}
+      return []
     why = " ".join(proc.stderr.split()) or f"exit code {proc.returncode}"
     raise SchedulerUnavailable(f"squeue failed: {why}")
-  return dict(line.strip().split("|", 1) for line in proc.stdout.splitlines() if "|" in line)
+  return [line.strip().split("|") for line in proc.stdout.splitlines() if "|" in line]
+
+
+def _squeue_states(ids: Sequence[str]) -> Dict[str, str]:
+  lines = _squeue(["-o", "%i|%T", "-j", ",".join(sorted({j.split("_")[0] for j in ids}))])
+  return {line[0]: line[1] for line in lines}
+
+
+def queued_by_tag(tags: Iterable[str]) -> Dict[Tuple[str, int], Tuple[str, str]]:
+  """(tag, task) -> (job id, Slurm state) of this user's queued or running jobs whose
+  comment is one of `tags` (Manifest.tag): arrays a sweep submitted but did not live
+  to record."""
+  tags = set(tags)
+  found = {}
+  for line in _squeue(["-u", getpass.getuser(), "-o", "%i|%T|%k"]):
+    if len(line) == 3 and line[2] in tags:
+      job_id, state, tag = line
+      task = job_id.partition("_")[2] or "0"  # an array of one is a plain job
+      if task.isdigit():
+        found[(tag, int(task))] = (job_id, state)
+  return found
 
 
 # -- why a job ended -----------------------------------------------------------------------
@@ -244,6 +304,8 @@ _SUBMITIT_ERROR = "Submitted job triggered an exception"
 _SLURM_VERDICT = re.compile(r"slurmstepd\S*: error: (\*\*\* .* \*\*\*|.*oom.kill.*)", re.I)
 # Lines of a job's error log that follow an exception and are none of its message.
 _NOT_THE_MESSAGE = ("srun: ", "slurmstepd", "submitit ")
+# Less free space than this on a log's file system is a full disk, for the reader.
+_NEARLY_FULL_BYTES = 1 << 20
 
 
 def _log_tail(path: Optional[str], size: int = 65536) -> str:
@@ -280,7 +342,9 @@ def why_it_ended(job: Mapping, slurm_state: Optional[str] = None) -> str:
   else Slurm's word on it, else what the sweep recorded."""
   text = _log_tail(job.get("stderr"))
   if _SUBMITIT_ERROR in text:
-    return exception_of(text.rsplit(_SUBMITIT_ERROR, 1)[1]) or "the job raised an exception"
+    return (exception_of(text.rsplit(_SUBMITIT_ERROR, 1)[1])
+            or "the job raised an exception; its log ends before naming it"
+            + _full_disk(job.get("stderr")))
   if _SUBMITIT_SUCCESS in text:
     return "the job finished but wrote no result"
   verdicts = _SLURM_VERDICT.findall(text)
@@ -291,6 +355,18 @@ def why_it_ended(job: Mapping, slurm_state: Optional[str] = None) -> str:
   if slurm_state and slurm_state != "UNKNOWN":
     return f"job ended without a result (Slurm: {slurm_state})"
   return "job ended without a result (killed: time or memory limit, scancel, node failure?)"
+
+
+def _full_disk(path: Optional[str]) -> str:
+  """' (the disk of <path> is full: ...)' where its file system is (nearly) full now:
+  the likely reason a job's log was cut short; else ''."""
+  try:
+    free = shutil.disk_usage(os.path.dirname(path)).free
+  except (OSError, TypeError):
+    return ""
+  if free >= _NEARLY_FULL_BYTES:
+    return ""
+  return f" (the disk of {path} is full: {free} bytes free; No space left on device?)"
 
 
 def _log_says_it_ended(job: Mapping) -> bool:
@@ -324,22 +400,24 @@ def states(entries: Mapping[Hashable, Mapping]) -> Tuple[Dict[Hashable, JobState
   """The state of each entry's job (entries from `last_jobs`), the scheduler asked
   once for all; and warnings (the scheduler could not be asked)."""
   out: Dict[Hashable, JobState] = {}
-  on_slurm = {}
+  on_slurm, tagged = {}, {}
   for key, job in entries.items():
     job_id, log = job.get("job_id"), job.get("stderr")
     if not job_id:
       sweep = job.get("sweep")
-      out[key] = (JobState("queued", f"queued by sweep pid {sweep['pid']} (not submitted yet)")
-                  if process_alive(sweep) else
-                  JobState("never submitted", "planned by a sweep that ended before "
-                           f"submitting it ({job.get('manifest')})"))
+      if process_alive(sweep):
+        out[key] = JobState("queued", f"queued by sweep pid {sweep['pid']} (not submitted yet)")
+      elif job.get("cluster") == "slurm" and job.get("submission"):
+        tagged[key] = job
+      else:
+        out[key] = _never_submitted(job)
     elif job.get("cluster") == "slurm":
       on_slurm[key] = job
     elif job.get("cluster") == "local" and local_job_alive(job_id):
       out[key] = JobState("queued", f"local job {job_id} running", job_id, log)
     else:
       out[key] = JobState("ended", why_it_ended(job), job_id, log)
-  warnings = []
+  warnings = _found_in_the_queue(tagged, out)
   if on_slurm:
     try:
       queue: Optional[Dict[str, str]] = slurm_states(j["job_id"] for j in on_slurm.values())
@@ -357,6 +435,38 @@ def states(entries: Mapping[Hashable, Mapping]) -> Tuple[Dict[Hashable, JobState
       else:
         out[key] = JobState("ended", why_it_ended(job, state), job_id, log)
   return out, warnings
+
+
+def _never_submitted(job: Mapping) -> JobState:
+  return JobState("never submitted", "planned by a sweep that ended before submitting it "
+                  f"({job.get('manifest')})")
+
+
+def _found_in_the_queue(tagged: Mapping[Hashable, Mapping], out: Dict[Hashable, JobState]
+                        ) -> List[str]:
+  """The state of each entry whose sweep tagged its array and ended before recording
+  it (`out`, filled in): queued where Slurm lists a job with its tag and task, unknown
+  where Slurm cannot be asked, else never submitted (an array that sbatch did not
+  take, or that has left the queue since); warnings."""
+  if not tagged:
+    return []
+  try:
+    queue = queued_by_tag(j["submission"] for j in tagged.values())
+  except SchedulerUnavailable as e:
+    for key in tagged:
+      out[key] = JobState("unknown", f"unknown: {e}")
+    return [f"cannot ask Slurm about {len(tagged)} job(s) a sweep submitted without "
+            f"recording them: {e}"]
+  for key, job in tagged.items():
+    hit = queue.get((job["submission"], int(job.get("task", 0))))
+    if hit is None:
+      out[key] = _never_submitted(job)
+      continue
+    job_id, state = hit
+    log = f"{job.get('log_folder') or ''}".replace("%j", job_id) + f"/{job_id}_0_log.err"
+    out[key] = JobState("queued", f"job {job_id} {state.lower()} (found in the queue by its "
+                        "comment: its sweep ended before recording it)", job_id, log)
+  return []
 
 
 def summarize_exception(error: BaseException, log_path: Optional[str] = None) -> str:

@@ -4,9 +4,11 @@ it may go ahead; and how --dry-run and the sweep print it.  Imports no jax."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import os
 import pathlib
 import shlex
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from launch import jobs
 from launch import cluster
@@ -113,6 +115,50 @@ def check(plan: Plan, archive_mismatched: bool, results_dir) -> List[str]:
                      "--force to submit them anyway (a job that is still queued would then "
                      "train its run twice)")
   return [f"--force: submitting {what} Slurm could not be asked about ({why})"]
+
+
+def data_cache_dir() -> pathlib.Path:
+  """The data cache the jobs will use: nar_markov.data.resolve_cache_dir's answer
+  ($NAR_MARKOV_CACHE > gin `cache_dir.path` > ~/.cache/nar_markov), without clrs."""
+  from nar_markov import clrs30  # pylint: disable=g-import-not-at-top
+  for candidate in (os.environ.get("NAR_MARKOV_CACHE"), clrs30.cache_dir()):
+    if candidate:
+      return pathlib.Path(candidate).expanduser()
+  return pathlib.Path("~/.cache/nar_markov").expanduser()
+
+
+def cached_test_split(algorithm: str) -> Optional[pathlib.Path]:
+  """nar_markov.data.cache_path(algorithm, 'test'), without importing clrs (None where
+  dm-clrs is not installed)."""
+  try:
+    version = importlib.metadata.version("dm-clrs")
+  except importlib.metadata.PackageNotFoundError:
+    return None
+  return data_cache_dir() / f"clrs-{version}" / f"{algorithm}_test.npz"
+
+
+def check_data_cache(plan: Plan) -> None:
+  """UsageError where every job would fail at start: a test split they need is not in
+  the data cache, and the cache cannot be written (a job makes the split there)."""
+  needed = sorted({r.algorithm for r in plan.todo} | {c.algorithm for c in plan.calib_todo})
+  paths = [p for p in map(cached_test_split, needed) if p is not None]
+  missing = [p for p in paths if not p.is_file()]
+  if not missing:
+    return
+  folder = missing[0].parent
+  existing = next(f for f in [folder, *folder.parents] if f.exists())
+  if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK, effective_ids=True):
+    return
+  why = ("not a folder" if not existing.is_dir() else
+         "a read-only file system" if os.statvfs(existing).f_flag & os.ST_RDONLY else
+         "permission denied")
+  names = ", ".join(p.stem[:-len("_test")] for p in missing[:3])
+  more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+  raise UsageError(
+      f"the data cache {folder} cannot be written ({why}: {existing}) and lacks the test "
+      f"split of {names}{more}: every job would fail at start (nothing submitted). Point "
+      "NAR_MARKOV_CACHE at a writable folder, or fill the cache where it can be written "
+      "(python -m nar_markov.data --all --cache-dir <folder>)")
 
 
 # -- printing --------------------------------------------------------------------------

@@ -4,10 +4,12 @@ manifest says which job runs what before each goes out."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -67,7 +69,118 @@ def _local_gpu_params(resources: cluster.SlurmResources) -> Dict[str, Any]:
       f"export CUDA_VISIBLE_DEVICES={shlex.quote(','.join(gpus))}"]}
 
 
+# -- signals -----------------------------------------------------------------------------
+
+# Ctrl-C, kill, and a terminal (an SSH session) that closes.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+  """One of SIGNALS: the sweep stops, saying in `said` what it leaves behind."""
+
+  def __init__(self, signum: int, said: str = ""):
+    super().__init__(signum, said)
+    self.signum, self.said = int(signum), said
+
+  @property
+  def exit_code(self) -> int:
+    return 128 + self.signum
+
+  def __str__(self) -> str:
+    return (f"interrupted by {signal.Signals(self.signum).name}"
+            + (f": {self.said}" if self.said else ""))
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+  """SIGTERM and SIGHUP end the sweep where it is, as Ctrl-C does (Interrupted), so
+  that what it was doing is cleaned up and recorded on the way out."""
+  def handler(signum, _):
+    raise Interrupted(signum)
+  with _handlers(handler):
+    yield
+
+
+@contextlib.contextmanager
+def _handlers(handler):
+  old = {s: signal.signal(s, handler) for s in SIGNALS}
+  try:
+    yield
+  finally:
+    for s, h in old.items():
+      signal.signal(s, h)
+
+
 # -- Slurm -----------------------------------------------------------------------------
+
+
+class Submission:
+  """A sweep's arrays going out one sbatch at a time: each tagged in the manifest before
+  its sbatch and recorded there before the next; a signal is held until then, and the
+  submission stops there (Interrupted).  A second signal stops it at once: the array
+  sbatch was sending is then found in the queue by its tag, if it got there."""
+
+  def __init__(self, executor, manifest: jobs.Manifest, n_runs: int):
+    self.executor, self.manifest, self.n_runs = executor, manifest, n_runs
+    self.arrays: List[str] = []  # array ids submitted
+    self.runs_out = 0
+    self.received: List[int] = []
+
+  def _on_signal(self, signum, _):
+    self.received.append(signum)
+    if len(self.received) > 1:
+      raise Interrupted(signum, f"while sbatch was running; {self.where()}")
+
+  def held(self):
+    return _handlers(self._on_signal)
+
+  def array(self, calls, tag_entries, record) -> list:
+    """Submit the jobs `calls` as one array: `tag_entries(index)` tags their planned
+    entries (returns the tag), `record(jobs)` records them; returns the jobs."""
+    logs = pathlib.Path(self.manifest.data["results_dir"]) / jobs.LOG_DIR
+    before = _loose_files(logs)
+    tag = tag_entries(len(self.arrays))
+    self.executor.update_parameters(slurm_comment=tag)
+    self._save("before submitting its next job array")
+    try:
+      array = self.executor.map_array(calls[0][0], [kwargs for _, kwargs in calls])
+    except BaseException:
+      for path in _loose_files(logs) - before:  # submitit's, for an array sbatch did not take
+        path.unlink(missing_ok=True)
+      raise
+    record(array)
+    array_id = str(array[0].job_id).split("_")[0]
+    self._save(f"to record job array {array_id} (submitted: a rerun finds it in Slurm's "
+               f"queue by its comment {tag})")
+    self.arrays.append(array_id)
+    if self.received:
+      raise Interrupted(self.received[0], self.where())
+    return array
+
+  def _save(self, when: str) -> None:
+    try:
+      self.manifest.save()
+    except OSError as e:
+      raise OSError(e.errno, f"cannot write the sweep manifest {self.manifest.path} {when}: "
+                    f"{e.strerror}; {self.where()}") from None
+
+  def where(self) -> str:
+    """What has been submitted and recorded so far, and what a rerun does about the rest."""
+    left = self.n_runs - self.runs_out
+    recorded = (f"job array(s) {', '.join(self.arrays)} recorded in {self.manifest.path}"
+                if self.arrays else "no job array recorded")
+    return recorded + (f"; {left} of {self.n_runs} runs not submitted: run the same command "
+                       "again to submit them (it skips what is queued or running)"
+                       if left else "; every run was submitted")
+
+
+def _loose_files(folder: pathlib.Path) -> set:
+  """The plain files at the top of `folder`: where submitit keeps an array's pickled
+  calls and sbatch script until sbatch answers (then it moves them to the job's folder)."""
+  try:
+    return {p for p in folder.iterdir() if p.is_file() and not p.is_symlink()}
+  except OSError:
+    return set()
 
 
 def on_slurm(executor, plan: Plan, manifest: jobs.Manifest,
@@ -75,13 +188,18 @@ def on_slurm(executor, plan: Plan, manifest: jobs.Manifest,
   """Stage 1 (the calibrations to make: one array) and stage 2 (the runs); returns
   (algorithm -> its calibration task, [(runs, their job)])."""
   import submitit  # pylint: disable=g-import-not-at-top
-  try:
-    calibrations = submit_calibrations(executor, plan.calib_todo, manifest)
-    return calibrations, submit_runs(executor, plan.todo, manifest, resources,
-                                     _waits(plan, calibrations))
-  except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as e:
-    # sbatch refused the script (unknown partition, account, limits...).
-    raise UsageError(f"sbatch refused the job array: {' '.join(str(e).split())}") from None
+  submission = Submission(executor, manifest, len(plan.todo))
+  with submission.held():
+    try:
+      calibrations = submit_calibrations(submission, plan.calib_todo)
+      return calibrations, submit_runs(submission, plan.todo, resources,
+                                       _waits(plan, calibrations))
+    except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as e:
+      if submission.received:  # the signal reached sbatch too
+        raise Interrupted(submission.received[0], submission.where()) from None
+      # sbatch refused the script (unknown partition, account, limits...).
+      raise UsageError(f"sbatch refused the job array: {' '.join(str(e).split())}"
+                       + (f"; {submission.where()}" if submission.arrays else "")) from None
 
 
 def _waits(plan: Plan, calibrations: Dict[str, str]) -> Dict[str, str]:
@@ -90,23 +208,24 @@ def _waits(plan: Plan, calibrations: Dict[str, str]) -> Dict[str, str]:
               **calibrations)
 
 
-def submit_calibrations(executor, calibs: Sequence[cluster.Calibration],
-                        manifest: jobs.Manifest) -> Dict[str, str]:
+def submit_calibrations(submission: Submission,
+                        calibs: Sequence[cluster.Calibration]) -> Dict[str, str]:
   """One array, a task per algorithm; algorithm -> task id."""
   if not calibs:
     return {}
-  calls = [c.job_call() for c in calibs]
-  array = executor.map_array(calls[0][0], [kwargs for _, kwargs in calls])
-  for calib, job in zip(calibs, array):
-    manifest.add_calibration(calib, job)
-  manifest.save()
+  manifest = submission.manifest
+  array = submission.array(
+      [c.job_call() for c in calibs],
+      lambda index: manifest.tag(index, [], calibs),
+      lambda array: [manifest.add_calibration(c, job) for c, job in zip(calibs, array)])
   return {c.algorithm: str(j.job_id) for c, j in zip(calibs, array)}
 
 
-def submit_runs(executor, todo: Sequence[cluster.Run], manifest: jobs.Manifest,
+def submit_runs(submission: Submission, todo: Sequence[cluster.Run],
                 resources: cluster.SlurmResources, after: Dict[str, str]) -> List[Tuple[list, Any]]:
   """One array per calibration task the runs wait for (`after`: algorithm -> task;
   `--dependency=afterok`), one for all the others; [(runs, their job)]."""
+  executor, manifest = submission.executor, submission.manifest
   extra = resources.executor_params()["slurm_additional_parameters"]
   by_dependency: Dict[Optional[str], list] = {}
   for group in cluster.job_groups(todo):
@@ -120,14 +239,17 @@ def submit_runs(executor, todo: Sequence[cluster.Run], manifest: jobs.Manifest,
                   if dependency else {})))
     for start in range(0, len(groups), cluster.MAX_ARRAY_SIZE):
       chunk = groups[start:start + cluster.MAX_ARRAY_SIZE]
-      calls = [cluster.job_call(g) for g in chunk]
-      array = executor.map_array(calls[0][0], [kwargs for _, kwargs in calls])
-      for group, job in zip(chunk, array):
-        for run in group:
-          manifest.add(run, job, after=dependency)
+
+      def record(array, chunk=chunk, dependency=dependency):
+        for group, job in zip(chunk, array):
+          for run in group:
+            manifest.add(run, job, after=dependency)
+        submission.runs_out += sum(len(g) for g in chunk)
+
+      array = submission.array([cluster.job_call(g) for g in chunk],
+                               lambda index, chunk=chunk: manifest.tag(index, chunk), record)
       submitted += list(zip(chunk, array))
   executor.update_parameters(slurm_additional_parameters=extra)
-  manifest.save()
   return submitted
 
 
@@ -156,7 +278,7 @@ def slurm_report(plan: Plan, calibrations: Dict[str, str], submitted, resources,
       f"logs:     {jobs.log_folder(results_dir)}  (%j = job id, e.g. {submitted[0][1].paths.stderr})",
       f"results:  {results_dir}/<model>/<algorithm>/seed<k>/result.json",
       f"manifest: {manifest.path}",
-      f"status:   python launch/sweep.py --status --results {results_dir}"]
+      f"status:   python launch/sweep.py --status --results {shlex.quote(str(results_dir))}"]
 
 
 # -- here: one job at a time -------------------------------------------------------------
@@ -202,18 +324,22 @@ def _run_one(executor, call, record, name: str, manifest: jobs.Manifest, cluster
   print(f"{name}: started{where}", flush=True)
   try:
     said, why = outcome(job.result())
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (signals_interrupt)
     job.cancel()
     for r in records:
       r["outcome"] = "interrupted by the user"
     manifest.save()
-    raise
+    raise Interrupted(getattr(e, "signum", signal.SIGINT),
+                      f"{name}: job {job.job_id} cancelled (a checkpoint resumes it); run "
+                      "the same command again to go on") from None
   except Exception as e:  # pylint: disable=broad-except
     why = jobs.summarize_exception(e, records[0]["stderr"])
     said = f"failed: {why}"
     for r in records:
       r["outcome"] = why
     manifest.save()
+  finally:
+    jobs.remove_literal_log_folder(manifest.data["results_dir"])
   elapsed = f" (sweep elapsed {time.time() - t_sweep:.1f}s)" if t_sweep is not None else ""
   print(f"{name}: {said} in {time.time() - t0:.1f}s{elapsed}", flush=True)
   return why

@@ -8,13 +8,17 @@
   python launch/sweep.py --gin gin/gforget.gin --dry-run
   python launch/sweep.py --status --results results [--gin gin/baseline.gin]
 
-Runs that are done (their result reads back with the settings asked for), or whose
-last job is queued or running, are skipped; the rest go out as one submitit job array
-(G-ForgetNet: after a λ calibration per algorithm).  --dry-run checks and prints what
-the sweep would do; bad input, and results or checkpoints made with other settings,
-exit with code 2 and submit nothing.  --cluster auto: slurm if `sbatch` is on PATH,
-else local (one run after another, each in its own process); debug: in this process.
-How it all works: docs/cluster.md.
+Runs that are done (their result reads back with the settings asked for, beside the
+files that replay and re-score it), or whose last job is queued or running, are skipped;
+the rest go out as one submitit job array (G-ForgetNet: after a λ calibration per
+algorithm), each array recorded in the sweep's manifest before the next goes out.
+--dry-run checks and prints what the sweep would do; bad input, results or checkpoints
+made with other settings, and a data cache the jobs could not write exit with code 2
+and submit nothing.  A signal (Ctrl-C, kill, a closed terminal) stops the sweep after
+the array it reached, in one line (exit 128 + the signal); a file it cannot write (a
+full disk) is one line, exit 1.  --cluster auto: slurm if `sbatch` is on PATH, else
+local (one run after another, each in its own process); debug: in this process.  How
+it all works: docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import contextlib
 import pathlib
 import shutil
+import signal
 import sys
 from typing import List, Optional, Sequence
 
@@ -84,7 +89,9 @@ def expand(gin_files, gin_params, results_dir):
   try:
     return cluster.expand_runs(gin_files, gin_params, results_dir)
   except (ValueError, FileNotFoundError) as e:
-    raise UsageError(str(e)) from e
+    # Without gin's note on where the value was used ("In call to configurable ...").
+    raise UsageError(" ".join(line.strip() for line in str(e).splitlines()
+                              if not line.strip().startswith("In call to"))) from e
 
 
 def results_folder(path: str) -> pathlib.Path:
@@ -128,7 +135,7 @@ def cmd_sweep(args, argv: List[str]) -> int:
       lock.enter_context(runs.sweep_lock(results_dir))
     except OSError as e:
       raise UsageError(f"--results {results_dir}: cannot take the sweep lock "
-                       f"{e.filename} ({e.strerror})") from None
+                       f"{results_dir / runs.SWEEP_LOCK} ({e.strerror})") from None
     plan = _checked_plan(args, sweep_runs, results_dir)
     print("\n".join(plan_lib.summary(plan, cluster_name)), flush=True)
     if not plan.todo:
@@ -146,7 +153,9 @@ def cmd_sweep(args, argv: List[str]) -> int:
 def _checked_plan(args, sweep_runs, results_dir) -> plan_lib.Plan:
   """The plan, refused (UsageError) where it must not go ahead; its warnings printed."""
   plan = plan_lib.make_plan(sweep_runs, results_dir, force=args.force)
-  for warning in plan_lib.check(plan, args.archive_mismatched, results_dir) + plan.warnings:
+  warnings = plan_lib.check(plan, args.archive_mismatched, results_dir)
+  plan_lib.check_data_cache(plan)
+  for warning in warnings + plan.warnings:
     print(f"warning: {warning}", file=sys.stderr)
   return plan
 
@@ -156,7 +165,7 @@ def _prepare(plan: plan_lib.Plan, cluster_name: str, resources, argv):
   the plan written before anything is submitted (a second sweep sees it queued)."""
   for r in plan.corrupt:
     view = plan.views[r.key]
-    print(f"{r.name}: corrupt result.json ({view.result.detail}); moved aside to "
+    print(f"{r.name}: not done ({view.result.detail}); its result.json moved aside to "
           f"{runs.move_aside(view.result.path)}")
   results_dir = plan.runs[0].results_dir
   for r in plan.other:
@@ -174,13 +183,25 @@ def _prepare(plan: plan_lib.Plan, cluster_name: str, resources, argv):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  """The command line; what went wrong in one line on stderr: bad input or a plan that
+  must not go ahead (exit 2), a file that cannot be written, e.g. a full disk (1), a
+  signal (128 + its number: Ctrl-C 130)."""
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse_args(argv)
   try:
-    return cmd_status(args) if args.status else cmd_sweep(args, argv)
+    with submit.signals_interrupt():
+      return cmd_status(args) if args.status else cmd_sweep(args, argv)
   except UsageError as e:
     print(f"sweep.py: error: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt as e:
+    e = e if isinstance(e, submit.Interrupted) else submit.Interrupted(signal.SIGINT)
+    print(f"sweep.py: {e}", file=sys.stderr)
+    return e.exit_code
+  except OSError as e:
+    where = f"{e.filename}: " if e.filename else ""
+    print(f"sweep.py: error: {where}{e.strerror or e}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ import numpy as np
 
 from nar_markov import runs
 
-FORMAT = "nar_markov.params/1"
-HEADER_KEY = "__nar_markov__"
+FORMAT = runs.PARAMS_FORMAT
+HEADER_KEY = runs.PARAMS_HEADER_KEY
 
 
 class UnreadableParams(ValueError):

@@ -11,8 +11,8 @@ folder, with the λ calibration record the run read copied along.
 CLI:
   python -m nar_markov.replay results/pilot/forget/insertion_sort/seed0 --results /tmp/replay
   python -m nar_markov.replay <run folder> --results <folder> --dry-run   # check, print the plan
-Errors (a folder without config.gin or result.json, a config.gin that does not give the
-result's run) are one line on stderr, exit status 2.
+Errors (a folder without config.gin or result.json, an empty config.gin, one that does not
+give the result's run) are one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -69,6 +69,10 @@ def read_folder(folder) -> Dict[str, Any]:
   for name in (runs.CONFIG_NAME, runs.RESULT_NAME):
     if not (folder / name).is_file():
       raise ReplayError(f"{folder} has no {name}: not a finished run folder")
+  if not (folder / runs.CONFIG_NAME).read_text(encoding="utf-8", errors="replace").strip():
+    # Parsed, it would bind nothing: gin's "required" placeholder would stand for the model.
+    raise ReplayError(f"{folder / runs.CONFIG_NAME} is empty: it does not say how the run "
+                      "was trained")
   result, problems = runs.read_result(folder / runs.RESULT_NAME)
   if problems:
     raise ReplayError(f"{folder / runs.RESULT_NAME}: " + "; ".join(problems))
@@ -96,7 +100,8 @@ def check_folder(folder) -> Plan:
   except ValueError as e:
     raise ReplayError(f"{folder / runs.CONFIG_NAME} does not parse with this code: "
                       + str(e).splitlines()[0]) from e
-  verdict = runs.check_result(folder, definition)
+  # Replay trains the run again: the parameters it kept (params.npz) are not needed.
+  verdict = runs.check_result(folder, definition, files=False)
   if not verdict.done:
     raise ReplayError(f"{folder / runs.CONFIG_NAME} does not give the run of its "
                       f"result.json ({verdict.state}): {verdict.detail}")

@@ -5,15 +5,18 @@ Imports no jax: the launcher, ``--status`` and the analysis read results through
 A run ``<results>/<model>/<algorithm>/seed<k>/`` is **done** when `check_result` says so: its
 ``result.json`` parses, has the schema (`result_problems`), a final status (done or diverged)
 and the definition the caller asks for -- model, algorithm, seed, the training settings
-(``runspec.run_settings``) and λ (value, reading of the heuristic, first penalised step). A file
-that merely exists is not enough. The verdicts:
+(``runspec.run_settings``) and λ (value, reading of the heuristic, first penalised step) --
+and the files that replay and re-score it read back (`run_file_problems`: ``config.gin``, and
+``params.npz`` where there is one). A file that merely exists is not enough. The verdicts:
 
-  done / diverged   a valid result with the asked-for definition;
+  done / diverged   a valid result with the asked-for definition, its files readable;
   missing           no result.json;
-  corrupt           unreadable, not the schema, or not a final status: moved aside
-                    (`move_aside`, never deleted) and trained again;
-  other             a valid result made with another definition, or one without a
-                    "settings" record (an older version): never counted as done, never
+  corrupt           unreadable, not the schema, not a final status, a config.gin
+                    missing or empty, or a params.npz cut short: result.json moved aside
+                    (`move_aside`, never deleted) and the run trained again;
+  other             a valid result made with another definition (without one: another
+                    run's, by the model, algorithm and seed of its folder), or one without
+                    a "settings" record (an older version): never counted as done, never
                     silently retrained -- the sweep refuses; `archive_run` moves it away.
 
 Locks (``fcntl.flock``; released when the holder exits, even when killed): `run_lock` on a
@@ -32,6 +35,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import socket
 import sys
 import tempfile
@@ -51,6 +55,9 @@ CHECKPOINT_NAME = "checkpoint.npz"  # training state (`write_state`)
 # the same seed continues under the schedule reading (nar_markov/calibrate.py).
 FINAL_STATE_NAME = "final_state.npz"
 PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
+# A parameters file's format tag, and the entry of its JSON header (nar_markov.params_io).
+PARAMS_FORMAT = "nar_markov.params/1"
+PARAMS_HEADER_KEY = "__nar_markov__"
 CONFIG_NAME = "config.gin"
 LOCK_NAME = ".lock"
 SWEEP_LOCK = "_sweeps/.lock"
@@ -359,12 +366,15 @@ class Verdict:
     return self.state in FINAL_STATUSES
 
 
-def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None) -> Verdict:
+def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None,
+                 files: bool = True) -> Verdict:
   """Whether the run in `run_folder` is done: THE test, for the sweep, --dry-run,
   --status and run_experiment alike.
 
   `expected`: the run's definition (`definition_mismatch`); None checks the
-  result only (``--status`` without gin files, which knows no settings).
+  result and that it is the run of its folder (``--status`` without gin files,
+  which knows no settings).  `files`: also check the files beside it
+  (`run_file_problems`); replay, which trains the run again, asks without.
   """
   path = pathlib.Path(run_folder) / RESULT_NAME
   if not path.exists():
@@ -372,7 +382,12 @@ def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None) -> Ve
   result, problems = read_result(path)
   if problems:
     return Verdict("corrupt", path, "; ".join(problems))
-  if expected is not None:
+  if expected is None:
+    diffs = definition_mismatch(result, folder_run(run_folder))
+    if diffs:
+      return Verdict("other", path, "the result of another run: "
+                     + format_mismatch(diffs, ours="its folder"), result)
+  else:
     if not isinstance(result.get("settings"), dict):
       return Verdict("other", path, "no 'settings' record (written by an older version): "
                      "its settings cannot be checked", result)
@@ -380,10 +395,69 @@ def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None) -> Ve
     if diffs:
       return Verdict("other", path, "made with other settings: " + format_mismatch(diffs),
                      result)
+  problems = run_file_problems(run_folder, result) if files else []
+  if problems:
+    return Verdict("corrupt", path, "; ".join(problems))
   return Verdict(result["status"], path,
                  f"diverged at step {result.get('diverged_step')}"
                  if result["status"] == "diverged" else f"test_score {result['test_score']}",
                  result)
+
+
+_SEED_FOLDER = re.compile(r"seed(\d+)")
+
+
+def folder_run(run_folder) -> dict:
+  """The model, algorithm and seed a run folder `<model>/<algorithm>/seed<k>` is for
+  ({} for a folder not so named)."""
+  folder = pathlib.Path(run_folder)
+  m = _SEED_FOLDER.fullmatch(folder.name)
+  if not m:
+    return {}
+  return {"model": folder.parent.parent.name, "algorithm": folder.parent.name,
+          "seed": int(m.group(1))}
+
+
+def run_file_problems(run_folder, result: Mapping[str, Any]) -> List[str]:
+  """Why the files beside a valid `result` do not let the run be replayed and
+  re-scored ([] if they do): its config.gin missing or empty; its params.npz (the
+  tested parameters) there but not reading back (cut short by a full disk or a kill).
+  A params.npz that is not there is no problem: git keeps none (the runs committed
+  under results/ have none, and are done), and replay makes it again."""
+  folder = pathlib.Path(run_folder)
+  problems = []
+  try:
+    if not (folder / CONFIG_NAME).read_text(encoding="utf-8").strip():
+      problems.append(f"{CONFIG_NAME} is empty: the run cannot be replayed")
+  except FileNotFoundError:
+    problems.append(f"no {CONFIG_NAME}: the run cannot be replayed")
+  except (OSError, UnicodeDecodeError) as e:
+    problems.append(f"{CONFIG_NAME} does not read back ({e}): the run cannot be replayed")
+  if (folder / PARAMS_NAME).exists():
+    why = params_problem(folder / PARAMS_NAME)
+    if why:
+      problems.append(f"{why}: its tested parameters cannot be scored again")
+  return problems
+
+
+def params_problem(path) -> Optional[str]:
+  """Why `path` is not a whole parameters file (nar_markov.params_io), or None.
+  Reads its zip directory and header only, not its arrays: cheap enough for
+  --status over a whole sweep."""
+  path = pathlib.Path(path)
+  try:
+    # A zip's directory is its last part: a file cut short has none.
+    with np.load(path, allow_pickle=False) as z:
+      header = json.loads(str(z[PARAMS_HEADER_KEY]))
+  except FileNotFoundError:
+    return f"no {path.name}"
+  except KeyError:
+    return f"{path.name} is not a parameters file (no header)"
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    return f"{path.name} does not read back ({type(e).__name__}: {e})"
+  if not isinstance(header, dict) or header.get("format") != PARAMS_FORMAT:
+    return f"{path.name} is not a parameters file (no {PARAMS_FORMAT!r} header)"
+  return None
 
 
 def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> Verdict:

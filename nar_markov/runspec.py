@@ -103,12 +103,17 @@ class Protocol:
   test_every_steps: Optional[int] = None
 
   def __post_init__(self):
+    # The counts that may be None: set, they are counts like the others (a sample cap
+    # of 0 would divide by zero in every job).
+    optional = {name: getattr(self, name) for name in (
+        "schedule_steps", "val_max_samples", "test_max_samples", "test_batch_size")}
     check_protocol(train_steps=self.train_steps, batch_size=self.batch_size,
                    eval_every_steps=self.eval_every_steps,
                    log_every_steps=self.log_every_steps,
                    checkpoint_every_steps=self.checkpoint_every_steps,
                    val_batch_size=self.val_batch_size,
-                   learning_rate=self.learning_rate)
+                   learning_rate=self.learning_rate,
+                   **{k: v for k, v in optional.items() if v is not None})
     if int(self.checkpoint_every_steps) % int(self.log_every_steps):
       # A checkpoint flushes the losses logged so far: at a step that is no log step it
       # would cut the train curve's windows (and an adaptive lambda measured on them)

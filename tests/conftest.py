@@ -1,9 +1,11 @@
 """Shared fixtures: one CLRS val/test cache for the whole session; fake Slurm
 commands and result files for the sweep tests."""
 
+import contextlib
 import json
 import os
 import pathlib
+import subprocess
 import textwrap
 from typing import Optional, Tuple
 
@@ -105,6 +107,24 @@ def _jax_compilation_cache(data_cache_dir):
   learner.setup_compilation_cache(os.environ["NAR_MARKOV_JAX_CACHE"])
 
 
+@contextlib.contextmanager
+def read_only(folder: pathlib.Path):
+  """`folder` made read-only; as root (which writes through permissions) also immutable
+  (chattr +i: a read-only file system's EROFS is EPERM here; launch/ and analysis/ treat
+  both alike)."""
+  folder.chmod(0o555)
+  as_root = os.geteuid() == 0
+  try:
+    if as_root and subprocess.run(["chattr", "+i", str(folder)], capture_output=True,
+                                  check=False).returncode != 0:
+      pytest.skip("root cannot make a read-only folder here (chattr +i failed)")
+    yield folder
+  finally:
+    if as_root:
+      subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+    folder.chmod(0o755)
+
+
 def _write_exe(path: pathlib.Path, text: str) -> None:
   path.write_text("#!/bin/sh\n" + textwrap.dedent(text))
   path.chmod(0o755)
@@ -154,11 +174,24 @@ MULTITASK_SETTINGS = dict(SMOKE_SETTINGS, train_steps=10000, batch_size=32, hidd
                           test_max_samples=None)
 
 
+def write_run_files(folder) -> None:
+  """What a finished run keeps beside its result.json, so that it counts as done
+  (nar_markov.runs.run_file_problems): a config.gin and a (tiny) params.npz."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from nar_markov import params_io  # pylint: disable=g-import-not-at-top
+  folder = pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  (folder / "config.gin").write_text("# the run's gin (a test stand-in)\n")
+  params_io.save_params(folder / "params.npz", {"net/linear": {"w": np.zeros(2, np.float32)}},
+                        {}, {"written_by": "tests"})
+
+
 @pytest.fixture
 def write_result():
   """Writes a minimal result.json (status done unless `fields` say otherwise),
   with the definition of a gin/smoke.gin run (multi-task models: gin/multitask.gin
-  on bfs and dfs), so that the sweep counts it as done."""
+  on bfs and dfs), and the run's other files (`write_run_files`), so that the sweep
+  counts it as done."""
 
   def write(results, model, algorithm, seed, **fields):
     d = pathlib.Path(results) / model / algorithm / f"seed{seed}"
@@ -177,5 +210,6 @@ def write_result():
       result["settings"] = flat.settings(algorithm, **SMOKE_SETTINGS)
     result.update(fields)
     (d / "result.json").write_text(json.dumps(result))
+    write_run_files(d)
 
   return write

@@ -586,6 +586,52 @@ def test_cli_rejects_an_unknown_algorithm(tmp_path):
   assert "unknown algorithm(s) ['bogosort']" in proc.stderr
 
 
+def _make_tables(results, out, cwd):
+  return subprocess.run(
+    [sys.executable, str(ROOT / "analysis" / "make_tables.py"), "--results", str(results),
+     "--out", str(out)],
+    cwd=cwd,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+
+
+@pytest.mark.parametrize("content", ["nothing", "a corrupt result", "a calibration run"])
+def test_cli_with_no_runs_is_one_error_and_writes_nothing(content, tmp_path):
+  """Was: exit 0 after writing six empty tables."""
+  results = tmp_path / "results"
+  results.mkdir()
+  if content == "a corrupt result":
+    shutil.copytree(RESULTS / "forget" / "bfs", results / "forget" / "bfs")  # left out
+  elif content == "a calibration run":
+    folder = results / "_calibration" / "lambda0" / "calibrate" / "bfs" / "seed0"
+    folder.mkdir(parents=True)
+    shutil.copy(RESULTS / "gforget" / "bfs" / "seed1" / "result.json", folder)
+    data = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps(dict(data, model="calibrate")))
+  proc = _make_tables(results, tmp_path / "out", tmp_path)
+  assert proc.returncode == 2, proc.stderr
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line.startswith(f"make_tables.py: error: no runs to tabulate under --results {results} ")
+  assert line.endswith("; nothing written")
+  assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_cli_on_a_read_only_out_is_one_error(tmp_path):
+  """Was: a PermissionError (or, on a read-only file system, OSError) traceback."""
+  from conftest import read_only  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path)
+
+  folder = tmp_path / "shared"
+  folder.mkdir()
+  with read_only(folder):
+    proc = _make_tables(RESULTS, folder / "tables", tmp_path)
+  assert proc.returncode == 1, proc.stderr
+  (line,) = proc.stderr.splitlines()
+  assert line.startswith(f"make_tables.py: error: cannot write --out {folder / 'tables'}: "), line
+  assert list(folder.iterdir()) == []
+
+
 def test_analysis_imports_neither_jax_nor_clrs():
   code = (
     "import sys, analysis, analysis.make_tables, analysis.figures; "

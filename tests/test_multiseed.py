@@ -23,6 +23,7 @@ from nar_markov import learner
 from nar_markov import util
 from nar_markov import runs as runs_lib
 
+import conftest
 import flat
 
 # insertion_sort: its permutation pointers draw Gumbel noise from the step rng
@@ -164,6 +165,7 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   d0.mkdir(parents=True)
   done = json.loads(json.dumps(util.jsonable(dict(separate[0], marker=1))))
   (d0 / "result.json").write_text(json.dumps(done))
+  conftest.write_run_files(d0)  # done: replayable and re-scorable (nar_markov.runs)
   results = flat.run(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
                                  **TINY)
   assert results[0] == done

@@ -12,6 +12,7 @@
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -55,7 +56,20 @@ def _result_path(results, model="baseline", algorithm="bfs", seed=0):
 
 # -- done means verified: one verdict, everywhere ---------------------------------------
 
-# (what is in result.json, the verdict)
+def _cut_params(folder):
+  data = (folder / runs.PARAMS_NAME).read_bytes()
+  (folder / runs.PARAMS_NAME).write_bytes(data[:len(data) * 2 // 3])  # a full disk, a kill
+
+
+def _diverged_untested(folder):
+  """Diverged before anything was tested: no parameters were kept, none are needed."""
+  result = json.loads((folder / runs.RESULT_NAME).read_text())
+  result.update(status="diverged", diverged_step=3, test_score=None)
+  (folder / runs.RESULT_NAME).write_text(json.dumps(result))
+  (folder / runs.PARAMS_NAME).unlink()
+
+
+# (what is in result.json, or what is done to the run folder, the verdict)
 CASES = {
     "valid": (None, "done"),
     "truncated": ('{"schema": "nar_markov.result/1", "model": "base', "corrupt"),
@@ -65,6 +79,14 @@ CASES = {
     "demo budget": ({"settings": {"train_steps": 200}}, "other"),
     "hidden 64": ({"settings": {"hidden_size": 64}}, "other"),
     "other lambda": ({"lambda_gate": 0.5}, "other"),
+    # Done means the run can be replayed (config.gin) and re-scored (params.npz where
+    # there is one; git keeps none, and replay makes it again).
+    "params.npz cut short": (_cut_params, "corrupt"),
+    "no params.npz": (lambda d: (d / runs.PARAMS_NAME).unlink(), "done"),
+    # A run folder deleted mid-run: the job writes params.npz and result.json at the end.
+    "no config.gin": (lambda d: (d / runs.CONFIG_NAME).unlink(), "corrupt"),
+    "empty config.gin": (lambda d: (d / runs.CONFIG_NAME).write_text(""), "corrupt"),
+    "diverged untested, no params.npz": (_diverged_untested, "diverged"),
 }
 
 
@@ -75,6 +97,9 @@ def _write_case(write_result, results, content):
     path.write_text(content)
     return
   write_result(results, "baseline", "bfs", 0)
+  if callable(content):
+    content(_result_path(results).parent)
+    return
   if content:
     path = _result_path(results)
     result = json.loads(path.read_text())
@@ -111,7 +136,7 @@ def test_status_dry_run_and_sweep_agree_on_what_is_done(case, write_result, tmp_
   # --dry-run
   rc = sweep.main(SMOKE + ["--results", str(results), "--dry-run"])
   out, err = capsys.readouterr()
-  if verdict == "done":
+  if verdict in ("done", "diverged"):
     assert rc == 0 and "skip (done)" in out and "0 runs to submit, 1 already done" in out
   elif verdict == "corrupt":
     assert rc == 0 and "1 runs to submit, 0 already done" in out
@@ -124,7 +149,7 @@ def test_status_dry_run_and_sweep_agree_on_what_is_done(case, write_result, tmp_
   # The sweep.
   rc = sweep.main(SMOKE + ["--results", str(results)])
   out, err = capsys.readouterr()
-  if verdict == "done":
+  if verdict in ("done", "diverged"):
     assert rc == 0 and len(_scripts(fake_slurm)) == 0
     assert _result_path(results).read_bytes() == before
   elif verdict == "corrupt":
@@ -155,6 +180,57 @@ def test_status_without_gin_checks_the_result_only(write_result, tmp_path):
   write_result(results, "baseline", "bfs", 1, status="running")
   statuses, _ = status_lib.classify(results)
   assert [(s.seed, s.state) for s in statuses] == [(0, "done"), (1, "corrupt")]
+
+
+@pytest.mark.parametrize("name", sorted({p.parts[-5] for p in (REPO_ROOT / "results").glob(
+    f"*/*/*/seed*/{runs.RESULT_NAME}")}))
+def test_the_committed_runs_are_done(name):
+  """git keeps no params.npz: the committed runs count as done without one, so a sweep
+  on their folder does not move their result.json aside and train them again."""
+  statuses, _ = status_lib.classify(REPO_ROOT / "results" / name)
+  assert statuses and {s.state for s in statuses} <= {"done", "diverged"}, [
+      (s.name, s.state, s.detail) for s in statuses if s.state not in ("done", "diverged")]
+
+
+def test_status_without_gin_counts_a_result_only_in_its_own_folder(write_result, tmp_path,
+                                                                    capsys):
+  """A seed-0 result copied into seed1/ and into another model's folder: one run done,
+  as the tables count it (they warn about the duplicates).  Was: 3 done."""
+  results = tmp_path / "results"
+  write_result(results, "gforget", "bfs", 0)
+  source = _result_path(results, "gforget").parent
+  for copy in (_result_path(results, "gforget", seed=1).parent,
+               _result_path(results, "forget").parent):
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source, copy)
+  statuses, _ = status_lib.classify(results)
+  assert [(s.name, s.state) for s in statuses] == [
+      ("forget/bfs/seed0", "other"), ("gforget/bfs/seed0", "done"),
+      ("gforget/bfs/seed1", "other")]
+  details = {s.name: s.detail for s in statuses}
+  assert details["gforget/bfs/seed1"] == ("the result of another run: seed: result 0, "
+                                          "its folder 1")
+  assert details["forget/bfs/seed0"] == ("the result of another run: model: result "
+                                         "'gforget', its folder 'forget'")
+  assert sweep.main(["--status", "--results", str(results)]) == 0
+  total = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("total"))
+  assert dict(zip(status_lib.STATES, map(int, total.split()[1:]))) == dict(
+      dict.fromkeys(status_lib.STATES, 0), done=1, other=2)
+
+
+def test_replaying_an_empty_config_gin_says_so_in_one_line(write_result, tmp_path):
+  """Was: `run_experiment.model must be a label ..., got <object object at 0x...>`."""
+  results = tmp_path / "results"
+  write_result(results, "baseline", "bfs", 0)
+  folder = _result_path(results).parent
+  (folder / runs.CONFIG_NAME).write_text("\n")
+  proc = subprocess.run([sys.executable, "-m", "nar_markov.replay", str(folder), "--results",
+                         str(tmp_path / "again"), "--dry-run"], capture_output=True, text=True,
+                        cwd=REPO_ROOT, timeout=300, check=False)
+  assert proc.returncode == 2, proc.stdout + proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"replay: error: {folder / runs.CONFIG_NAME} is empty: it does not say how the run "
+      "was trained")
 
 
 def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
@@ -258,13 +334,13 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
   seen = []
   real = submit.submit_runs
 
-  def spy(executor, todo, manifest, resources, after):
+  def spy(submission, todo, resources, after):
     results = pathlib.Path(todo[0].results_dir)
     (m,) = jobs_lib.read_manifests(results)
     seen.append([(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]])
     statuses, _ = status_lib.classify(results)
     seen.append({(s.algorithm, s.seed): (s.state, s.detail) for s in statuses})
-    return real(executor, todo, manifest, resources, after)
+    return real(submission, todo, resources, after)
 
   monkeypatch.setattr(submit, "submit_runs", spy)
   results = tmp_path / "results"

@@ -16,6 +16,7 @@ session starts it with `launch/local_slurm.sh start`.
 Jobs ask for 1 CPU and 2 GB so two run at once on a 2-core machine.
 """
 
+import getpass
 import json
 import os
 import pathlib
@@ -204,6 +205,8 @@ def test_local_cluster_writes_the_same_results(slurm_sweep, sweep_env, tmp_path)
   assert re.search(r"^\[2/2\] baseline/insertion_sort/seed1: done \(steps 20, "
                    r"test_score [\d.]+\) in [\d.]+s \(sweep elapsed [\d.]+s\)$", out, re.M), out
   assert out.splitlines()[-1] == f"2/2 runs finished, 0 failed; results in {results}"
+  # submitit's local controller makes its folder as named: no `%j` folder is left.
+  assert not (results / "_logs" / "%j").exists()
 
   def comparable(r):
     r = dict(r)
@@ -395,6 +398,79 @@ def test_gforget_sweep_calibrates_first_and_each_task_waits_for_its_algorithm(
   assert re.search(r"schedule\s+insertion_sort\s+done: lambda = ", status.stdout), status.stdout
 
 
+def _queue() -> list:
+  """(job id, comment) of this user's jobs in Slurm's queue (-r: one per array task)."""
+  out = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%k"],
+                       capture_output=True, text=True, check=True).stdout
+  return [tuple(line.split("|", 1)) for line in out.splitlines() if "|" in line]
+
+
+def _sweep_tags(results) -> set:
+  return {j["submission"] for m in jobs_lib.read_manifests(results)
+          for j in m["jobs"] + m["calibration_jobs"] if j.get("submission")}
+
+
+@pytest.mark.parametrize("sig, code", [("INT", 130), ("TERM", 143), ("HUP", 129),
+                                       ("KILL", -9)])
+def test_a_sweep_interrupted_while_submitting_never_submits_a_run_twice(
+    sig, code, slurm, sweep_env, tmp_path):
+  """The real sbatch behind a wrapper that signals the sweep as it makes its second of
+  three sbatch calls (G-ForgetNet on two algorithms: the calibrations, then each
+  algorithm's runs): Ctrl-C, kill, a closed SSH session, and SIGKILL, which no sweep
+  can answer.  Jobs are held back an hour, so all stay queued.  The rerun submits only
+  what is not queued: Slurm then holds one job per run and per calibration.  Was: the
+  manifest was written after the last array, and the rerun submitted queued runs again."""
+  results = tmp_path / "results"
+  calls = tmp_path / "sbatch_calls"
+  calls.mkdir()
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  # The signal comes once Slurm has taken the array, before the sweep reads the answer.
+  (bin_dir / "sbatch").write_text(f"""#!/bin/sh
+n=$(ls {calls} | wc -l)
+touch {calls}/call_$n
+out=$({shutil.which("sbatch")} "$@")
+rc=$?
+[ "$n" -eq 1 ] && kill -{sig} $PPID
+echo "$out"
+exit $rc
+""")
+  (bin_dir / "sbatch").chmod(0o755)
+  args = GFORGET_SWEEP + [
+      "--gin_param", "slurm_resources.additional_parameters={'begin': 'now+1hour'}",
+      "--cluster", "slurm", "--results", str(results)]
+  try:
+    first = _sweep(args, dict(sweep_env, PATH=f"{bin_dir}:{sweep_env['PATH']}"), tmp_path)
+    assert first.returncode == code, first.stdout + first.stderr
+    assert "Traceback" not in first.stderr
+    if sig != "KILL":
+      (line,) = first.stderr.splitlines()
+      assert line.startswith(f"sweep.py: interrupted by SIG{sig}: job array(s) "), line
+      assert line.endswith("2 of 4 runs not submitted: run the same command again to submit "
+                           "them (it skips what is queued or running)"), line
+    again = _sweep(args, sweep_env, tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[0] == (
+        "sweep gforget: 4 runs (2 algorithms x 2 seeds) on slurm; 2 runs to submit, "
+        "0 already done, 2 already queued or running")
+    tags = _sweep_tags(results)
+    queued = [job for job, comment in _queue() if comment in tags]
+    assert len(queued) == 6 and len(tags) == 3, (queued, tags)  # 2 calibrations, 4 runs
+    statuses, warnings = status_lib.classify(results)
+    assert not warnings
+    assert sorted((s.name, s.state) for s in statuses) == [
+        (f"gforget/{a}/seed{k}", "running") for a in ("bfs", "insertion_sort") for k in (0, 1)]
+    assert len({s.job_id for s in statuses}) == 4 and {s.job_id for s in statuses} < set(queued)
+    assert not [p for p in (results / "_logs").iterdir()
+                if p.name.endswith(".pkl") and sig != "KILL"]
+  finally:
+    _cancel_jobs(results)
+    ids = [job for job, comment in _queue() if comment in _sweep_tags(results)]
+    if ids:
+      subprocess.run(["scancel"] + sorted({j.split("_")[0] for j in ids}),
+                     capture_output=True, check=False)
+
+
 def _two_sweeps_at_once(args, env, cwd):
   procs = [subprocess.Popen([sys.executable, str(SWEEP)] + list(args), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
@@ -459,7 +535,7 @@ def test_when_slurm_cannot_be_asked_nothing_is_submitted_twice(slurm, sweep_env,
     # The cluster's configuration with a port no controller listens on.
     conf = pathlib.Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
     if not conf.is_file():
-      pytest.skip(f"no Slurm configuration at {conf} to make an unreachable copy of")
+      _skip_or_fail(f"no Slurm configuration at {conf} to make an unreachable copy of")
     lines = [l for l in conf.read_text().splitlines() if not l.startswith("SlurmctldPort=")]
     (tmp_path / "slurm.conf").write_text("\n".join(lines + ["SlurmctldPort=6899", ""]))
     unreachable = dict(sweep_env, SLURM_CONF=str(tmp_path / "slurm.conf"))

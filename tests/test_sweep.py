@@ -4,12 +4,12 @@ the sbatch script it submits, and --status, against fake sbatch/squeue.
 The real end-to-end sweeps (Slurm, local, requeue) are in tests/test_slurm.py.
 """
 
-import contextlib
 import json
 import os
 import pathlib
 import pickle
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -18,6 +18,7 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+from conftest import read_only  # pylint: disable=wrong-import-position  (tests/ is on sys.path)
 from launch import cluster
 from launch import jobs as jobs_lib
 from launch import status as status_lib
@@ -122,15 +123,24 @@ def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypa
     (SMOKE + ["--gin_param", "slurm_resources.timeout_min=2"],
      "slurm_resources.timeout_min must be an int >= 5, got 2"),
     ([], "no gin file given"),
+    # Every job would die at start (ZeroDivisionError); a string was a traceback.
+    (SMOKE + ["--gin_param", "Protocol.val_max_samples=0"], "val_max_samples must be > 0, got 0"),
+    (SMOKE + ["--gin_param", "Protocol.test_max_samples=-8"],
+     "test_max_samples must be > 0, got -8"),
+    (SMOKE + ["--gin_param", "Protocol.val_max_samples='8'"],
+     "val_max_samples must be an int, got '8'"),
+    (SMOKE + ["--gin_param", "Protocol.test_batch_size=0"], "test_batch_size must be > 0, got 0"),
 ])
 def test_bad_input_exits_2_before_submitting(extra, message, tmp_path, fake_slurm,
                                              capsys):
   results = tmp_path / "results"
-  rc = sweep.main(extra + ["--results", str(results), "--cluster", "slurm"])
-  out, err = capsys.readouterr()
-  assert rc == 2
-  assert err.startswith("sweep.py: error: ") and message in err, err
-  assert "Traceback" not in err + out
+  for dry_run in ([], ["--dry-run"]):
+    rc = sweep.main(extra + ["--results", str(results), "--cluster", "slurm"] + dry_run)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    (line,) = err.splitlines()  # one line: not even gin's "In call to configurable ..."
+    assert line.startswith("sweep.py: error: ") and message in line, err
+    assert "Traceback" not in err + out
   assert _scripts(fake_slurm) == []          # sbatch never called
   assert not results.exists()                # no manifest, no log folder
 
@@ -205,6 +215,10 @@ def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm
   assert len(scripts) == 1  # ONE array for the 3 runs left
   text = scripts[0].read_text()
   sbatch = sorted(l for l in text.splitlines() if l.startswith("#SBATCH"))
+  # The array's tag (its manifest entries name it): how a rerun finds it in the queue
+  # should the sweep die before recording it.
+  (comment,) = [l for l in sbatch if l.startswith("#SBATCH --comment=")]
+  sbatch.remove(comment)
   logs = results / "_logs"
   assert sbatch == sorted([
       "#SBATCH --array=0-2%2",
@@ -240,6 +254,8 @@ def test_submits_one_array_with_gin_resources(write_result, tmp_path, fake_slurm
   assert [(j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]] == [
       ("bfs", 1, "4242_0"), ("insertion_sort", 0, "4242_1"), ("insertion_sort", 1, "4242_2")]
   assert m["jobs"][0]["stderr"] == f"{logs}/4242_0/4242_0_0_log.err"
+  assert [(f"#SBATCH --comment={j['submission']}", j["task"]) for j in m["jobs"]] == [
+      (comment, 0), (comment, 1), (comment, 2)]
   # Jobs unpickle what is in _logs: private to the user who submits.
   assert stat.S_IMODE(logs.stat().st_mode) == 0o700
 
@@ -509,22 +525,6 @@ def test_a_macro_the_command_line_defines_and_uses_is_known(tmp_path):
 # -- bad results paths: one line, exit 2, nothing written ------------------------------
 
 
-@contextlib.contextmanager
-def read_only(folder: pathlib.Path):
-  """`folder` made read-only; as root (which writes through permissions) also immutable."""
-  folder.chmod(0o555)
-  as_root = os.geteuid() == 0
-  try:
-    if as_root and subprocess.run(["chattr", "+i", str(folder)], capture_output=True,
-                                  check=False).returncode != 0:
-      pytest.skip("root cannot make a read-only folder here (chattr +i failed)")
-    yield folder
-  finally:
-    if as_root:
-      subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
-    folder.chmod(0o755)
-
-
 def _tree(root: pathlib.Path):
   return sorted((str(p), p.is_dir() or p.read_bytes()) for p in root.rglob("*"))
 
@@ -616,6 +616,10 @@ def test_a_failed_jobs_reason_is_its_exception(tmp_path, data_cache_dir, capsys)
   line = next(l for l in proc.stdout.splitlines() if l.startswith("[1/1] baseline/bfs/seed0: f"))
   assert line.startswith(f"[1/1] baseline/bfs/seed0: failed: {reason}"), proc.stdout
   assert "not starting a second training of the same run" in line
+  # submitit's local controller makes its folder as named: no `%j` folder is left.
+  assert sorted(p.name for p in (results / "_logs").iterdir()) == [
+      line.split("(pid ")[1].split(",")[0]
+      for line in proc.stdout.splitlines() if ": started (pid " in line]
 
   assert sweep.main(["--status", "--results", str(results)]) == 0
   out = capsys.readouterr().out
@@ -641,3 +645,343 @@ def test_where_the_cluster_keeps_accounting_submitit_answers(tmp_path, fake_slur
                            "--results", str(results), "--dry-run"])
   out = capsys.readouterr().out
   assert rc == 0 and "1 runs to submit, 0 already done, 1 already queued or running" in out
+
+
+# -- a data cache the jobs cannot write ------------------------------------------------------
+
+
+def test_an_unwritable_data_cache_without_the_test_splits_is_refused(tmp_path, fake_slurm,
+                                                                   monkeypatch, capsys):
+  """Every job would fail at start making its test split there (OSError Errno 30 on a
+  read-only $NAR_MARKOV_CACHE).  With the splits in it, a read-only cache is fine: the
+  jobs only read it."""
+  from launch import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  cache = tmp_path / "cache"
+  cache.mkdir()
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(cache))
+  results = tmp_path / "results"
+  args = SMOKE + ["--gin_param", "ALGORITHMS=['bfs','dfs']", "--results", str(results)]
+  splits = [plan_lib.cached_test_split(a) for a in ("bfs", "dfs")]
+  with read_only(cache):
+    for extra in ([], ["--dry-run"]):
+      rc = sweep.main(args + extra)
+      out, err = capsys.readouterr()
+      assert rc == 2, out + err
+      (line,) = err.splitlines()
+      assert line.startswith(f"sweep.py: error: the data cache {splits[0].parent} cannot be "
+                             "written ("), line
+      assert "lacks the test split of bfs, dfs: every job would fail at start" in line
+  assert _scripts(fake_slurm) == []
+  splits[0].parent.mkdir()
+  for split in splits:
+    split.write_bytes(b"the split")
+  with read_only(cache):
+    assert sweep.main(args) == 0
+  assert len(_scripts(fake_slurm)) == 1
+
+
+def test_the_sweep_looks_for_the_test_splits_where_the_jobs_make_them(tmp_path, monkeypatch):
+  from launch import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov import data  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv("NAR_MARKOV_CACHE", raising=False)
+  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
+  config_lib.parse_gin(["gin/baseline.gin"], [f"cache_dir.path = '{tmp_path / 'gin'}'"])
+  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
+  assert str(tmp_path / "gin") in str(data.cache_path("dfs", "test"))
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(tmp_path / "env"))
+  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
+  assert str(tmp_path / "env") in str(data.cache_path("dfs", "test"))
+
+
+# -- interrupted, killed or out of disk while submitting --------------------------------------
+
+# G-ForgetNet on two algorithms: three arrays (the calibrations, then each algorithm's runs
+# after its calibration task), i.e. three sbatch calls.
+GFORGET = ["--gin", "gin/gforget.gin", "--gin", "gin/smoke.gin",
+           "--gin_param", "ALGORITHMS=['bfs','dfs']", "--gin_param", "SEEDS=[0,1]",
+           "--cluster", "slurm"]
+
+
+def _signalling_sbatch(fake_slurm, call: int, sig: str):
+  """The fake sbatch, which on its `call`-th call (0: the first) sends `sig` to the sweep
+  once it has taken the array, before it answers (as when a terminal's Ctrl-C reaches the
+  sweep while sbatch is answering)."""
+  calls = fake_slurm["calls"]
+  (calls.parent / "fake_bin" / "sbatch").write_text(f"""#!/bin/sh
+n=$(ls {calls} | wc -l)
+cp "$1" {calls}/script_$n.sh
+[ "$n" -eq {call} ] && kill -{sig} $PPID
+echo "Submitted batch job $((4242 + n))"
+""")
+
+
+def _sweep_process(args, cwd):
+  return subprocess.run([sys.executable, str(REPO_ROOT / "launch" / "sweep.py")] + args,
+                        capture_output=True, text=True, cwd=cwd, timeout=300, check=False)
+
+
+def _comments(fake_slurm) -> list:
+  return [re.search(r"^#SBATCH --comment=(\S+)$", p.read_text(), re.M).group(1)
+          for p in _scripts(fake_slurm)]
+
+
+def _queue_all_pending(fake_slurm):
+  """squeue lists every task of every array sbatch took, pending, with its comment."""
+  lines = []
+  for n, (script, comment) in enumerate(zip(_scripts(fake_slurm), _comments(fake_slurm))):
+    array = re.search(r"^#SBATCH --array=0-(\d+)", script.read_text(), re.M)
+    # One job goes out alone (submitit), not as an array of one.
+    tasks = [f"_{t}" for t in range(int(array.group(1)) + 1)] if array else [""]
+    lines += [f"{4242 + n}{task}|PENDING|{comment}" for task in tasks]
+  fake_slurm["squeue_out"].write_text("\n".join(lines) + "\n")
+
+
+def _loose_logs(results) -> list:
+  return sorted(p.name for p in (results / "_logs").iterdir()
+                if p.is_file() and not p.is_symlink())
+
+
+@pytest.mark.parametrize("sig, code", [("INT", 130), ("TERM", 143), ("HUP", 129)])
+def test_a_signal_while_submitting_stops_after_recording_the_array_it_reached(
+    sig, code, tmp_path, fake_slurm):
+  """Ctrl-C, kill, a dropped SSH session during the second of three sbatch calls.  Was:
+  the manifest was saved once after every array, the signal killed the sweep, and the
+  rerun submitted the queued runs again."""
+  results = tmp_path / "results"
+  _signalling_sbatch(fake_slurm, call=1, sig=sig)
+  proc = _sweep_process(GFORGET + ["--results", str(results)], tmp_path)
+  assert proc.returncode == code, proc.stdout + proc.stderr
+  (line,) = proc.stderr.splitlines()
+  (m,) = jobs_lib.read_manifests(results)
+  assert line == (f"sweep.py: interrupted by SIG{sig}: job array(s) 4242, 4243 recorded in "
+                  f"{m['_path']}; 2 of 4 runs not submitted: run the same command again to "
+                  "submit them (it skips what is queued or running)")
+  assert "Traceback" not in proc.stdout + proc.stderr
+  assert len(_scripts(fake_slurm)) == 2
+  assert sorted((c["algorithm"], c["job_id"]) for c in m["calibration_jobs"]) == [
+      ("bfs", "4242_0"), ("dfs", "4242_1")]
+  assert sorted((j["algorithm"], j["seed"], j["job_id"]) for j in m["jobs"]) == [
+      ("bfs", 0, "4243_0"), ("bfs", 1, "4243_1"), ("dfs", 0, None), ("dfs", 1, None)]
+  assert _loose_logs(results) == []  # submitit's pickles went into their jobs' folders
+
+  # The rerun, with the four jobs queued: only dfs's runs, after dfs's calibration.
+  _signalling_sbatch(fake_slurm, call=-1, sig=sig)
+  _queue_all_pending(fake_slurm)
+  again = _sweep_process(GFORGET + ["--results", str(results)], tmp_path)
+  assert again.returncode == 0, again.stdout + again.stderr
+  assert again.stdout.splitlines()[:2] == [
+      "sweep gforget: 4 runs (2 algorithms x 2 seeds) on slurm; 2 runs to submit, 0 already "
+      "done, 2 already queued or running",
+      "stage 1, lambda calibration (schedule reading): 0 algorithms to calibrate, "
+      "0 calibrated, 2 calibrating"]
+  scripts = _scripts(fake_slurm)
+  assert len(scripts) == 3 and "#SBATCH --dependency=afterok:4242_1" in scripts[2].read_text()
+  assert "  4244_0       gforget/dfs/seed0  (after 4242_1)" in again.stdout
+
+
+def test_an_array_sbatch_refuses_leaves_no_files_in_the_logs(tmp_path, fake_slurm, capsys):
+  """submitit writes an array's pickled calls and its script into `_logs` before sbatch
+  and moves them into the job's folder after it; a refused array left them there."""
+  (fake_slurm["calls"].parent / "fake_bin" / "sbatch").write_text(
+      "#!/bin/sh\necho 'sbatch: error: invalid partition specified: gpu' >&2\nexit 1\n")
+  results = tmp_path / "results"
+  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results)])
+  out, err = capsys.readouterr()
+  assert rc == 2, out + err
+  line = err.splitlines()[-1]  # after sbatch's own words, which pass through
+  assert line.startswith("sweep.py: error: sbatch refused the job array: "), line
+  assert "Traceback" not in err
+  assert "invalid partition specified: gpu" in line
+  assert _loose_logs(results) == []
+
+
+def test_a_sweep_killed_between_sbatch_and_its_record_is_found_in_the_queue(
+    tmp_path, fake_slurm):
+  """SIGKILL (or a power cut) right after sbatch took the second array: the manifest
+  names the array's tag, Slurm lists its jobs with it as their comment, and the rerun
+  submits only what is in neither."""
+  results = tmp_path / "results"
+  _signalling_sbatch(fake_slurm, call=1, sig="KILL")
+  proc = _sweep_process(GFORGET + ["--results", str(results)], tmp_path)
+  assert proc.returncode == -9, proc.stdout + proc.stderr
+  assert len(_scripts(fake_slurm)) == 2
+  (m,) = jobs_lib.read_manifests(results)
+  assert sorted((j["algorithm"], j["seed"], j["job_id"], j.get("task")) for j in m["jobs"]) == [
+      ("bfs", 0, None, 0), ("bfs", 1, None, 1), ("dfs", 0, None, None), ("dfs", 1, None, None)]
+  assert {j["submission"] for j in m["jobs"] if "task" in j} == {_comments(fake_slurm)[1]}
+
+  _signalling_sbatch(fake_slurm, call=-1, sig="KILL")
+  _queue_all_pending(fake_slurm)
+  statuses, _ = status_lib.classify(results)
+  assert [(s.name, s.state, s.job_id) for s in statuses] == [
+      ("gforget/bfs/seed0", "running", "4243_0"), ("gforget/bfs/seed1", "running", "4243_1"),
+      ("gforget/dfs/seed0", "missing", None), ("gforget/dfs/seed1", "missing", None)]
+  assert statuses[0].detail == ("job 4243_0 pending (found in the queue by its comment: its "
+                                "sweep ended before recording it)")
+  again = _sweep_process(GFORGET + ["--results", str(results)], tmp_path)
+  assert again.returncode == 0, again.stdout + again.stderr
+  assert again.stdout.splitlines()[0].endswith(
+      "2 runs to submit, 0 already done, 2 already queued or running")
+  assert len(_scripts(fake_slurm)) == 3
+
+  # Slurm cannot be asked: those runs may be queued, so nothing is submitted.
+  (fake_slurm["calls"].parent / "fake_bin" / "squeue").write_text(
+      "#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+  third = _sweep_process(GFORGET + ["--results", str(results), "--dry-run"], tmp_path)
+  assert third.returncode == 2 and "cannot ask Slurm whether" in third.stderr, third.stderr
+
+
+def test_a_full_disk_while_submitting_is_one_line(tmp_path, fake_slurm, monkeypatch, capsys):
+  """The manifest cannot be written (ENOSPC), before the first array and after it.
+  Was: chained tracebacks, and the rerun did not know the array was queued."""
+  import errno  # pylint: disable=g-import-not-at-top
+  results = tmp_path / "results"
+  args = SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--results", str(results)]
+  real = runs_lib.atomic_write_bytes
+
+  def full_when(test):
+    def write(path, payload):
+      if test(pathlib.Path(path), payload):
+        raise OSError(errno.ENOSPC, "No space left on device")
+      real(path, payload)
+    monkeypatch.setattr(runs_lib, "atomic_write_bytes", write)
+
+  full_when(lambda path, _: path.parent.name == "_sweeps")  # the manifest, before anything
+  rc = sweep.main(args)
+  out, err = capsys.readouterr()
+  assert rc == 1, out + err
+  (line,) = err.splitlines()
+  assert line == "sweep.py: error: No space left on device"
+  assert _scripts(fake_slurm) == [] and jobs_lib.read_manifests(results) == []
+
+  full_when(lambda path, payload: b'"job_id": "4242' in payload)  # once the array is out
+  rc = sweep.main(args)
+  out, err = capsys.readouterr()
+  assert rc == 1, out + err
+  (line,) = err.splitlines()
+  (tag,) = _comments(fake_slurm)
+  assert line.startswith("sweep.py: error: cannot write the sweep manifest ")
+  assert line.endswith(f" to record job array 4242 (submitted: a rerun finds it in Slurm's "
+                       f"queue by its comment {tag}): No space left on device; no job array "
+                       "recorded; every run was submitted")
+  monkeypatch.setattr(runs_lib, "atomic_write_bytes", real)
+  _queue_all_pending(fake_slurm)
+  assert sweep.main(args) == 0
+  assert capsys.readouterr().out.splitlines()[0].endswith(
+      "0 runs to submit, 0 already done, 1 already queued or running")
+  assert len(_scripts(fake_slurm)) == 1
+
+
+def test_a_full_disk_at_the_sweep_lock_is_one_line(tmp_path, fake_slurm, monkeypatch, capsys):
+  """A sweep started with 0 bytes free: writing its lock fails without a file name."""
+  import errno  # pylint: disable=g-import-not-at-top
+
+  def full(*_, **__):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(runs_lib, "_acquire", full)
+  results = tmp_path / "results"
+  rc = sweep.main(SMOKE + ["--results", str(results)])
+  out, err = capsys.readouterr()
+  assert rc == 2, out + err
+  assert err.splitlines() == [
+      f"sweep.py: error: --results {results}: cannot take the sweep lock "
+      f"{results / runs_lib.SWEEP_LOCK} (No space left on device)"]
+
+
+def test_a_job_log_cut_short_by_a_full_disk_says_so(tmp_path, monkeypatch):
+  """The job's exception could not be written to its log: --status said only 'the job
+  raised an exception'."""
+  import collections  # pylint: disable=g-import-not-at-top
+  results = tmp_path / "results"
+  (record,) = _fake_manifest(results, [("baseline", "bfs", 0, "77_0")], cluster_name="local")
+  log = pathlib.Path(record["stderr"])
+  log.parent.mkdir(parents=True)
+  log.write_text("submitit ERROR (2026-01-01 00:00:00,000) - Submitted job triggered an "
+                 "exception\nTraceback (most recent call last):\n  File \"x.py\", line 1\n")
+  usage = collections.namedtuple("usage", "total used free")
+  monkeypatch.setattr(jobs_lib.shutil, "disk_usage", lambda _: usage(100, 100, 0))
+  (s,) = status_lib.classify(results)[0]
+  assert (s.state, s.detail) == ("failed", (
+      "the job raised an exception; its log ends before naming it (the disk of "
+      f"{log} is full: 0 bytes free; No space left on device?)"))
+
+
+# -- Ctrl-C, kill, a closed terminal: one line ------------------------------------------------
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                       (signal.SIGHUP, 129)])
+def test_a_signal_is_one_line_and_its_exit_code(sig, code, tmp_path):
+  """Here while the sweep waits for another sweep's lock.  Was: a KeyboardInterrupt
+  traceback (SIGINT); SIGTERM and SIGHUP killed it without a word."""
+  results = tmp_path / "results"
+  with runs_lib.sweep_lock(results):
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "launch" / "sweep.py")] + SMOKE
+        + ["--results", str(results), "--cluster", "local"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    waiting = proc.stderr.readline()
+    assert waiting.startswith(f"waiting for {results / runs_lib.SWEEP_LOCK}"), waiting
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+  assert proc.returncode == code, out + err
+  assert err.splitlines() == [f"sweep.py: interrupted by {sig.name}"], err
+
+
+def test_an_interrupted_local_job_is_cancelled_and_recorded(tmp_path, monkeypatch):
+  """SIGTERM while a local sweep waits for its job: the job is cancelled, the manifest
+  says why it ended, and the sweep says so in one line."""
+  from launch import submit  # pylint: disable=g-import-not-at-top
+  results = tmp_path / "results"
+  (results / "_logs" / "%j").mkdir(parents=True)  # what submitit's local controller makes
+  runs = cluster.expand_runs(SMOKE[1::2], ["ALGORITHMS=['bfs']", "SEEDS=[0]"], str(results))
+
+  class Job:
+    job_id = "4321"
+    paths = type("Paths", (), dict(stdout="out", stderr="err", result_pickle="pkl"))
+    cancelled = False
+
+    def result(self):
+      raise submit.Interrupted(signal.SIGTERM)
+
+    def cancel(self):
+      Job.cancelled = True
+
+  executor = type("Executor", (), dict(submit=lambda self, fn, kwargs: Job()))()
+  manifest = jobs_lib.Manifest(results, "local", SMOKE[1::2], [], [])
+  plan = type("Plan", (), dict(calib_todo=[], todo=runs, runs=runs))
+  with pytest.raises(submit.Interrupted) as e:
+    submit.run_here(executor, plan, manifest, "local")
+  assert str(e.value) == ("interrupted by SIGTERM: [1/1] baseline/bfs/seed0: job 4321 "
+                          "cancelled (a checkpoint resumes it); run the same command again "
+                          "to go on")
+  assert Job.cancelled and e.value.exit_code == 143
+  (m,) = jobs_lib.read_manifests(results)
+  assert m["jobs"][0]["outcome"] == "interrupted by the user"
+  assert not (results / "_logs" / "%j").exists()
+
+
+# -- small things a 900-job sweep prints ------------------------------------------------------
+
+
+def test_the_status_command_printed_is_quoted(tmp_path, fake_slurm, capsys):
+  results = tmp_path / "my results"
+  assert sweep.main(SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--results",
+                             str(results)]) == 0
+  out = capsys.readouterr().out
+  assert f"status:   python launch/sweep.py --status --results '{results}'" in out
+
+
+def test_an_unreadable_manifest_is_one_warning(write_result, tmp_path, fake_slurm):
+  """Was: the same warning three times (every look at the manifests printed it)."""
+  results = tmp_path / "results"
+  write_result(results, "baseline", "bfs", 0)
+  (results / "_sweeps").mkdir()
+  (results / "_sweeps" / "20260101-000000-000000.json").write_text('{"schema": "nar_mar')
+  for args in (["--status", "--results", str(results)] + SMOKE,
+               SMOKE + ["--results", str(results), "--dry-run"]):
+    proc = _sweep_process(args, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("warning: unreadable sweep manifest") == 1, proc.stderr
