@@ -10,10 +10,17 @@ down before the runs (results/full_decisive/README.md):
             above ForgetNet on at least 2 of those seeds; with fewer than 3 such seeds the
             comparison is reported, not called;
   Δ/σ       G-ForgetNet's mean minus the paper's, in the paper's σ (within 2: reproduces);
-  Markov    its history scope gates every consumer of h(t-1) (`processor_decoder`, the
-            default) and its gate norm ||g * h||/sqrt(d) at the last validation, averaged over
-            its seeds, is below 0.1.
-Writes verdict.csv and verdict.md (the table the README shows).
+  Markov    measured on the tested checkpoint, on the test split (`<run>/markov.json`, from
+            `python -m nar_markov.evaluate <run> --markov`; docs/design.md): its history scope
+            gates every consumer of h(t-1) (`processor_decoder`, the default), and zeroing the
+            history moves its score by less than 1 point and under 1 % of its predictions,
+            with its gate norm there below 0.1 (nar_markov.evaluate.markov_in_effect) -- "yes"
+            only when every seed is measured and Markov; a run without markov.json (its
+            parameters are not here) is "not measured". The validation gate norm at the last
+            step is shown beside it, as before.
+Calibration runs are dropped; a diverged run counts with its test score when it has one. No
+algorithm with both models: exit 2. Writes verdict.csv and verdict.md (the table the README
+shows).
 """
 
 import argparse
@@ -27,12 +34,14 @@ import pandas as pd
 from analysis import labels
 from analysis import paper as paper_lib
 from analysis import results as results_lib
+from nar_markov import evaluate  # no jax at import: the Markov rule
 from nar_markov import netconfig  # no jax
+from nar_markov import runs as runs_lib  # no jax
 
 MIN_SEEDS_TO_CALL = 3
-MARKOV_GATE_NORM = 0.1
-FULL_SCOPE = "processor_decoder"                    # every consumer of h(t-1) gated
+FULL_SCOPE = evaluate.MARKOV_SCOPE                  # every consumer of h(t-1) gated
 assert FULL_SCOPE in netconfig.HISTORY_SCOPES
+NOT_MEASURED = "not measured (no parameters here)"
 DEFAULT_SCOPE = netconfig.NetConfig().history_scope  # what a config that binds none ran
 _SCOPE = re.compile(r"NetConfig\.history_scope\s*=\s*'(\w+)'")
 
@@ -44,11 +53,58 @@ def history_scope(run):
 
 
 def _scores(runs, model, algorithm):
-  """{seed: (test %, gate norm at the last validation, scope)} of one model on one algorithm."""
+  """{seed: (test %, gate norm at the last validation, scope, markov.json or None)} of one
+  model on one algorithm."""
   return {r["seed"]: (100.0 * r["test_score"], r["curves"]["val"]["hidden_norm"][-1],
-                      history_scope(r))
+                      history_scope(r), r.get("markov"))
           for r in runs if r["model"] == model and r["algorithm"] == algorithm
           and r.get("test_score") is not None}
+
+
+def read_markov(folder, run):
+  """`folder`'s markov.json if it measured the checkpoint `run` tested, None where there is
+  none; ValueError (one line) for a record of another checkpoint or an unreadable one."""
+  record = runs_lib.read_markov(folder)
+  if record is None:
+    return None
+  if (record.get("step"), record.get("test_score")) != (run.get("val_best_step"),
+                                                        run.get("test_score")):
+    raise ValueError(f"{folder}/{runs_lib.MARKOV_NAME} measured step {record.get('step')} "
+                     f"(test_score {record.get('test_score')}), the run tested step "
+                     f"{run.get('val_best_step')} (test_score {run.get('test_score')}): "
+                     "measure it again")
+  return record
+
+
+def markov_columns(gated):
+  """The Markov columns of one arm (`_scores`'s dict): the rule's answer and the means over
+  the measured seeds (Δ and changed predictions in points / %, gate norm at test)."""
+  scopes = {v[2] for v in gated.values()}
+  measured = {s: v[3] for s, v in gated.items() if v[3] is not None}
+  cols = {"markov_seeds": ",".join(map(str, sorted(measured))),
+          "markov_delta": np.nan, "markov_changed": np.nan, "markov_gate_norm": np.nan}
+  if measured:
+    cols.update(
+        markov_delta=100.0 * np.mean([m["delta"] for m in measured.values()]),
+        markov_changed=100.0 * np.mean([m["predictions_changed"] for m in measured.values()]),
+        markov_gate_norm=np.mean([m["gate_norm"] for m in measured.values()]))
+  if scopes != {FULL_SCOPE}:
+    cols["markov"] = f"no (scope {', '.join(sorted(scopes))})"
+    return cols
+  if not measured:
+    cols["markov"] = NOT_MEASURED
+    return cols
+  markov = {s: evaluate.markov_in_effect(FULL_SCOPE, m["delta"], m["predictions_changed"],
+                                         m["gate_norm"]) for s, m in measured.items()}
+  missing = sorted(set(gated) - set(measured))
+  if not all(markov.values()):
+    cols["markov"] = "no"
+  elif missing:
+    cols["markov"] = (f"not called (seed{'s' * (len(missing) > 1)} "
+                      f"{','.join(map(str, missing))} not measured: no parameters here)")
+  else:
+    cols["markov"] = "yes"
+  return cols
 
 
 def _mean_sd(values):
@@ -71,7 +127,6 @@ def verdict_row(runs, algorithm, arm, paper_f, paper_g):
   else:
     beats = "yes" if diff > 0 and wins >= 2 else "no"
   gate = np.mean([v[1] for v in gated.values()])
-  scopes = {v[2] for v in gated.values()}
   p_f, p_g = paper_f.get(algorithm, (np.nan, np.nan)), paper_g.get(algorithm, (np.nan, np.nan))
   return {
       "algorithm": algorithm, "arm": arm,
@@ -83,7 +138,7 @@ def verdict_row(runs, algorithm, arm, paper_f, paper_g):
       "paper_diff": p_g[0] - p_f[0],
       "delta_sigma": (g_mean - p_g[0]) / p_g[1],
       "gate_norm": gate,
-      "markov": scopes == {FULL_SCOPE} and gate < MARKOV_GATE_NORM,
+      **markov_columns(gated),
       "beats": beats,
   }
 
@@ -100,18 +155,24 @@ def verdict_frame(runs, arm="gforget"):
 def to_markdown(frame):
   def ms(mean, sd):
     return f"{mean:.2f}" if pd.isna(sd) else f"{mean:.2f} ± {sd:.2f}"
+  def zeroed(r):
+    if not r.markov_seeds:
+      return "—"
+    return (f"{r.markov_delta:+.2f}, {r.markov_changed:.1f} %, {r.markov_gate_norm:.3f} "
+            f"({r.markov_seeds})")
   lines = ["| algorithm | ForgetNet (seeds) | G-ForgetNet (seeds) | G − F, paired "
            "(seeds G above) | paper: F → G (G − F) | G beats F here? | G: Δ/σ to the paper "
-           "| gate norm at the end | Markov at test |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| gate norm at the end (validation) | history zeroed at test: Δ points, "
+           "predictions changed, gate norm (seeds) | Markov at test |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for r in frame.itertuples():
     lines.append(
         f"| {r.algorithm} | {ms(r.forget_mean, r.forget_sd)} ({r.forget_seeds}) "
         f"| {ms(r.gforget_mean, r.gforget_sd)} ({r.gforget_seeds}) "
         f"| {r.paired_diff:+.2f} ({r.seeds_above} of {r.paired_seeds}) "
         f"| {r.paper_forget:.2f} → {r.paper_gforget:.2f} ({r.paper_diff:+.2f}) "
-        f"| {r.beats} | {r.delta_sigma:+.1f} | {r.gate_norm:.3f} "
-        f"| {'yes' if r.markov else 'no'} |")
+        f"| {r.beats} | {r.delta_sigma:+.1f} | {r.gate_norm:.3f} | {zeroed(r)} "
+        f"| {r.markov} |")
   return "\n".join(lines) + "\n"
 
 
@@ -124,9 +185,14 @@ def main(argv=None):
   parser.add_argument("--out", required=True)
   args = parser.parse_args(argv)
   runs = []
-  for root in args.results:
-    found, _ = results_lib.load_runs(root)
-    runs += [r for r in found if not labels.is_calibration(r)]
+  try:
+    for root in args.results:
+      found, _ = results_lib.load_runs(root)
+      runs += [dict(r, markov=read_markov(pathlib.Path(root, r["path"]).parent, r))
+               for r in found if not labels.is_calibration(r)]
+  except (FileNotFoundError, ValueError) as e:
+    print(f"verdict: error: {e}", file=sys.stderr)
+    return 2
   frame = verdict_frame(runs, args.arm)
   if frame.empty:
     print(f"verdict: no algorithm with both ForgetNet and {args.arm} under {args.results}",
