@@ -171,7 +171,7 @@ def labelled_path(flag):
   return parse
 
 
-def _save(fig, out_dir, name):
+def save_figure(fig, out_dir, name):
   paths = []
   for ext in ("png", "pdf"):
     path = pathlib.Path(out_dir) / f"{name}.{ext}"
@@ -194,7 +194,7 @@ def plot_train_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
   )
   ax.legend(fontsize=8)
   ax.grid(alpha=0.3)
-  return _save(fig, out_dir, f"{algorithm}_train_loss")
+  return save_figure(fig, out_dir, f"{algorithm}_train_loss")
 
 
 def plot_hidden_norm(runs, algorithm, out_dir, models=FIGURE_MODELS):
@@ -211,7 +211,7 @@ def plot_hidden_norm(runs, algorithm, out_dir, models=FIGURE_MODELS):
   ax.set_ylim(bottom=-0.03 * ax.get_ylim()[1])  # keep an all-zero ForgetNet line visible
   ax.legend(fontsize=8)
   ax.grid(alpha=0.3)
-  return _save(fig, out_dir, f"{algorithm}_hidden_norm")
+  return save_figure(fig, out_dir, f"{algorithm}_hidden_norm")
 
 
 def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
@@ -266,7 +266,7 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
     ax.legend(fontsize=7)
   axes[0][0].set_ylabel("hint loss at step $t$")
   fig.suptitle(f"{categories.plain_name(algorithm)}: training hint loss per execution step", y=1.02)
-  return _save(fig, out_dir, f"{algorithm}_hint_step_loss")
+  return save_figure(fig, out_dir, f"{algorithm}_hint_step_loss")
 
 
 def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):

@@ -55,7 +55,7 @@ def plot_hint_accuracy(evaluations, out_dir, name):
   fig.suptitle(f"{algorithm}, {nb_nodes} nodes: hints predicted from the model's own previous "
                "hints", fontsize=10)
   pathlib.Path(out_dir).mkdir(parents=True, exist_ok=True)
-  return figures._save(fig, out_dir, name)  # pylint: disable=protected-access
+  return figures.save_figure(fig, out_dir, name)
 
 
 def main(argv=None):

@@ -94,7 +94,7 @@ def plot_test_curves(runs, out_dir, name):
     ax.legend(fontsize=7, loc="lower left")
   axes[-1, 0].set_xlabel("training step")
   pathlib.Path(out_dir).mkdir(parents=True, exist_ok=True)
-  return figures._save(fig, out_dir, name)  # pylint: disable=protected-access
+  return figures.save_figure(fig, out_dir, name)
 
 
 def main(argv=None):

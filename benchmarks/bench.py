@@ -4,6 +4,7 @@
         [--steps 30] [--hidden 128] [--batch 32] [--lengths 4,7,11,13,16]
         [--compile-steps 200] [--compile-hidden H] [--ood/--no-ood] [--ood-samples K]
         [--eval] [--eval-time-steps K] [--seed 0] [--out bench.json]
+    python benchmarks/bench.py --table REPORT.json   # the table of a report, measured before
 
 For each algorithm, three measurements of the paper's baseline (our
 `learner.Learner` with `NetConfig(history='full')` -- the default impl, i.e. the
@@ -34,7 +35,12 @@ LSTM, no dropout, one message-passing step, lr 1.5e-3, clipping at 1.0):
    a persistent-cache hit would fire it too, hence the cache is off and its hit
    events are counted as a check). Eager ops (optimizer init, rng keys)
    compile too and are included; `by_function` splits the count, and
-   `train_step_compilations` counts the jitted train step alone. At
+   `train_step_compilations` counts the jitted train step alone; `compile_cpu_s`
+   is the CPU seconds of the compilations (common.CacheLog: on a loaded machine
+   wall seconds stretch, CPU seconds much less).  The table's "first steps"
+   column, ours / dm-clrs, is each one's warm-up in 1. (its first step at every
+   train size: their compilations, the cache off, and the steps), which every
+   report holds, also those measured with `--compile-steps 0`. At
    `--compile-hidden` (default `--hidden`): the number of compilations depends
    on shapes over time, not on the width; compile seconds do.
 3. One OOD test pass (the whole official test split, 64 nodes, 32 x the
@@ -372,6 +378,7 @@ def compile_run(impl: str, algorithm: str, *, steps: int, hidden: int,
   """A `steps`-step training run of `impl` in this (fresh) process."""
   cache = disable_persistent_cache()
   counter = common.CompileCounter()
+  cache_log = common.CacheLog()   # with the cache off: each compilation's CPU seconds
   t0 = time.perf_counter()
   # Each gets what its own training loop is fed (train.py / run.py).
   stream_cls = data.TrainStream if impl == "ours" else ClrsTrainStream
@@ -392,11 +399,13 @@ def compile_run(impl: str, algorithm: str, *, steps: int, hidden: int,
     shapes.add((data.nb_nodes_of(prepared[0]), hint_time(prepared[0])))
     trainer.run(prepared)
   wall_s = time.perf_counter() - t0
+  cache_log.close()
   counter.close()
   step_fn = counter.by_function.get(TRAIN_STEP_FUNCTION[impl], [0, 0.0])
   return {
       "compilations": counter.count,
       "compile_s": counter.seconds,
+      "compile_cpu_s": sum(r.get("cpu_s") or 0.0 for r in cache_log.records),
       "train_step_compilations": int(step_fn[0]),
       "train_step_compile_s": float(step_fn[1]),
       "trace_s": counter.trace_s,
@@ -441,6 +450,7 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   """One untrained pass over the test split (first `samples`), in this process."""
   cache = disable_persistent_cache()
   counter = common.CompileCounter()
+  cache_log = common.CacheLog()   # with the cache off: each compilation's CPU seconds
   t0 = time.perf_counter()
   test = data.load_split(algorithm, "test")
   if samples:
@@ -453,7 +463,7 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   init_feedback = data.take_samples(test, 1)
   nb_nodes = data.nb_nodes_of(test)
   if impl == "ours":
-    batch_size = learner.default_test_batch_size(spec, nb_nodes, hidden)  # pylint: disable=protected-access
+    batch_size = learner.default_test_batch_size(spec, nb_nodes, hidden)
     net = ours_model(algorithm, model_lib.nb_dims_of(test), hidden)
     # dm-clrs's own initial parameters (the clrs worker's, same seed): the
     # two passes compute the same function, so the scores must agree.
@@ -789,17 +799,23 @@ def cpu_label(host_cpu: Optional[Dict[str, Any]]) -> str:
 
 def markdown_table(report: Dict[str, Any]) -> str:
   rows = ["| algorithm | ours steps/s | clrs steps/s | ratio | ratio (mean) "
+          "| first steps s, ours / clrs "
           "| ours compiles (s) | clrs compiles (s) | ours OOD s / GiB / score "
           "| clrs OOD s / GiB / score | CPU |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
   for algorithm, res in report["algorithms"].items():
     ss, cc, ood = res["steady_state"], res.get("compile"), res.get("ood")
     cells = [algorithm, _fmt(ss["ours"]["steps_per_s"]),
              _fmt(ss["clrs"]["steps_per_s"]), _fmt(ss["ratio"], ".3f"),
-             _fmt(ss["ratio_mean"], ".3f")]
+             _fmt(ss["ratio_mean"], ".3f"),
+             # Rows measured before the first steps were timed say n/a.
+             f"{_fmt(ss['ours'].get('warmup_s'), '.1f')} / "
+             f"{_fmt(ss['clrs'].get('warmup_s'), '.1f')}"]
     for impl in ("ours", "clrs"):
+      cpu = cc and cc[impl].get("compile_cpu_s")
       cells.append("skipped" if cc is None else
-                   f"{cc[impl]['compilations']} ({cc[impl]['compile_s']:.1f})")
+                   f"{cc[impl]['compilations']} ({cc[impl]['compile_s']:.1f}"
+                   + (f"; {cpu:.1f} CPU s)" if cpu else ")"))
     for impl in ("ours", "clrs"):
       cells.append("skipped" if ood is None else
                    f"{ood[impl]['wall_s']:.1f} / {ood[impl]['peak_rss_mb'] / 1024:.2f}"
@@ -813,7 +829,9 @@ def markdown_table(report: Dict[str, Any]) -> str:
     rows.append(f"Median ratio over {len(ratios)} algorithms: "
                 f"{statistics.median(ratios):.2f}; lowest {min(ratios):.2f}.")
   rows.append(f"hidden {s['hidden']}, batch {s['batch']}, >= {s['steps']} timed "
-              f"steps each; compiles: {s['compile_steps']}-step runs at hidden "
+              f"steps each; first steps: each impl's first step at every train size "
+              f"(its compilations, cache off, and the step); compiles: "
+              f"{s['compile_steps']}-step runs at hidden "
               f"{s['compile_hidden']}; ratio = ours/clrs steps/s; "
               f"{report['machine']['cpu_count']} CPUs, jax {report['versions']['jax']}, "
               f"{report['date']}")
@@ -990,6 +1008,9 @@ def _parser() -> argparse.ArgumentParser:
                  help="largest dm-clrs edge-pointer decoder tensor in a test "
                       "batch; above it the batch is timed smaller and scaled")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--table", metavar="REPORT_JSON", default=None,
+                 help="print the markdown table of a report already measured; "
+                      "measure nothing")
   p.add_argument("--out", default="bench.json",
                  help="JSON report path; a report there with the same settings "
                       "is resumed (its algorithms are skipped)")
@@ -1004,6 +1025,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = _parser().parse_args(argv)
+  if args.table:
+    print(markdown_table(json.loads(pathlib.Path(args.table).read_text())))
+    return 0
   algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
   if algorithms == ["all"]:
     algorithms = list(data.ALGORITHMS)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
+import re
 import pathlib
 import platform
 import sys
-from typing import Any, Dict, List
+import time
+import warnings
+from typing import Any, Dict, List, Optional
 
 import jax
 
@@ -63,6 +67,117 @@ class CompileCounter:
   def close(self) -> None:
     jax.monitoring.unregister_event_duration_listener(self._on_duration)
     jax.monitoring.unregister_event_listener(self._on_event)
+
+
+# What jax's compiler says of each compilation and the persistent cache (jax 0.10-0.11:
+# jax._src.compiler logs a hit or a miss, then why an entry is not written, or warns
+# that writing it failed).
+_CACHE_MESSAGES = (
+    ("hit", re.compile(r"Persistent compilation cache hit for '([^']+)'")),
+    ("miss", re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']+)'")),
+    ("not_written", re.compile(r"Not writing persistent cache entry for '([^']+)' because (.*)")),
+    ("write_failed", re.compile(r"Error writing persistent compilation cache entry for "
+                                r"'([^']+)': (.*)")),
+)
+
+
+class CacheLog(logging.Handler):
+  """Per compiled function, what the persistent compilation cache did while open.
+
+  `records`: one dict per backend compilation, in order: `function` (the module
+  jax names, e.g. 'jit__train_step'), `cache` ('hit' or 'miss'; None with the cache
+  off), `written` (a miss: True, or why not: jax's reason, e.g. XLA:CPU's
+  "Multiple temp buffer allocations found", or that it compiled in under
+  `jax_persistent_cache_min_compile_time_secs`), `seconds` (the compile event's
+  duration: the load, for a hit), and the CPU seconds this process (`cpu_s`) and
+  its calling thread (`thread_cpu_s`) spent from the end of the lowering to the end
+  of the compile: on a machine others load, wall seconds stretch with the load and
+  CPU seconds much less (the process's may include a step still running
+  asynchronously beside the compile).  Reads jax's compiler log and its write
+  warnings (learner.py filters the expected one; here it is recorded).
+  """
+
+  def __init__(self):
+    # learner.py ignores the expected write failure when it is imported; imported first,
+    # its filter is behind the one below, which records every warning.
+    from nar_markov import learner  # pylint: disable=g-import-not-at-top,unused-import
+    super().__init__(level=logging.DEBUG)
+    self.records: List[Dict[str, Any]] = []
+    self._logger = logging.getLogger("jax._src.compiler")
+    self._saved = (self._logger.level, self._logger.propagate)
+    self._logger.setLevel(logging.DEBUG)
+    self._logger.propagate = False   # its DEBUG lines are read here, not printed
+    self._logger.addHandler(self)
+    self._warnings = warnings.catch_warnings(record=True)
+    self._caught = self._warnings.__enter__()
+    warnings.simplefilter("always")
+    self._mark = (time.process_time(), time.thread_time())
+    jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+
+  def emit(self, record: logging.LogRecord) -> None:
+    self._note(record.getMessage())
+
+  def _note(self, message: str) -> None:
+    for kind, pattern in _CACHE_MESSAGES:
+      m = pattern.search(message)
+      if not m:
+        continue
+      if kind in ("hit", "miss"):
+        self.records.append({"function": m.group(1), "cache": kind,
+                             "written": None if kind == "hit" else True, "seconds": None})
+      elif self.records and self.records[-1]["function"] == m.group(1):
+        self.records[-1]["written"] = " ".join(m.group(2).split())
+      return
+
+  def _on_duration(self, event: str, duration: float, **kwargs) -> None:
+    del kwargs
+    if event == _LOWER_EVENT:
+      self._mark = (time.process_time(), time.thread_time())
+    if event != BACKEND_COMPILE_EVENT:
+      return
+    self._drain_warnings()
+    if not (self.records and self.records[-1]["seconds"] is None):  # cache off
+      self.records.append({"function": None, "cache": None, "written": None,
+                           "seconds": None})
+    self.records[-1].update(seconds=duration, cpu_s=time.process_time() - self._mark[0],
+                            thread_cpu_s=time.thread_time() - self._mark[1])
+
+  def _drain_warnings(self) -> None:
+    while self._caught:
+      self._note(str(self._caught.pop(0).message))
+
+  def close(self) -> None:
+    self._drain_warnings()
+    jax.monitoring.unregister_event_duration_listener(self._on_duration)
+    self._warnings.__exit__(None, None, None)
+    self._logger.removeHandler(self)
+    self._logger.setLevel(self._saved[0])
+    self._logger.propagate = self._saved[1]
+    super().close()
+
+  def by_function(self) -> Dict[str, Dict[str, Any]]:
+    """function -> compilations, seconds (wall, CPU), hits, misses, and why entries were
+    not written."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for r in self.records:
+      f = out.setdefault(str(r["function"]), {"compilations": 0, "seconds": 0.0,
+                                              "cpu_s": 0.0, "thread_cpu_s": 0.0, "hits": 0,
+                                              "misses": 0, "not_written": {}})
+      f["compilations"] += 1
+      for key in ("seconds", "cpu_s", "thread_cpu_s"):
+        f[key] += r.get(key) or 0.0
+      f["hits"] += r["cache"] == "hit"
+      f["misses"] += r["cache"] == "miss"
+      if isinstance(r["written"], str):
+        f["not_written"][r["written"]] = f["not_written"].get(r["written"], 0) + 1
+    return out
+
+
+def cpu_seconds() -> float:
+  """CPU seconds this process has used (user + system, all its threads)."""
+  import resource  # pylint: disable=g-import-not-at-top
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime + usage.ru_stime
 
 
 def machine_info() -> Dict[str, Any]:

@@ -9,8 +9,8 @@ import shlex
 from typing import Dict, List, Sequence
 
 from launch import jobs
+from launch import cluster
 from launch import status
-from nar_markov import cluster
 from nar_markov import runs
 
 
@@ -202,7 +202,7 @@ def _run_lines(plan: Plan) -> List[str]:
 
 
 def _cost_lines(plan: Plan) -> List[str]:
-  from nar_markov import cost  # pylint: disable=g-import-not-at-top  (no jax)
+  from launch import cost  # pylint: disable=g-import-not-at-top  (no jax)
   settings = cost.settings_from_gin()
   lines = [cost.format_estimate(cost.count_by_algorithm(r.algorithm for r in plan.todo),
                                 settings)]

@@ -13,8 +13,8 @@ import pathlib
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from launch import cluster
 from launch import jobs
-from nar_markov import cluster
 from nar_markov import runs
 
 STATES = ("done", "diverged", "running", "failed", "missing", "corrupt", "other")

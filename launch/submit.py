@@ -12,21 +12,27 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from launch import cluster
 from launch import jobs
 from launch.plan import Plan, UsageError
-from nar_markov import cluster
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def make_executor(cluster_name: str, results_dir, resources: cluster.SlurmResources):
-  """submitit's executor, its folder `<results>/_logs/%j` private to this user."""
+  """submitit's executor, its folder `<results>/_logs/%j` private to this user, and the
+  sweep's compilation cache folder made (private where it is the default).  A local job
+  gets the GPUs `resources` asks for (`SlurmResources.local_gpus`) through
+  CUDA_VISIBLE_DEVICES, as submitit's LocalExecutor sets it."""
   import submitit  # pylint: disable=g-import-not-at-top
   try:
     jobs.private_log_dir(results_dir)
+    cluster.private_cache_dir(results_dir, cluster.compilation_cache_dir(results_dir))  # pylint: disable=no-value-for-parameter
   except OSError as e:
-    raise UsageError(f"{pathlib.Path(results_dir) / jobs.LOG_DIR} cannot be made private "
-                     f"to this user ({e.strerror}): jobs unpickle what is in it") from None
+    raise UsageError(f"{e.filename} cannot be made private to this user ({e.strerror}): "
+                     "jobs unpickle or load what is in it") from None
+  except ValueError as e:
+    raise UsageError(str(e)) from None
   folder = jobs.log_folder(results_dir)
   params = resources.executor_params()
   # Jobs start in other directories and may not see an editable install.
@@ -37,14 +43,28 @@ def make_executor(cluster_name: str, results_dir, resources: cluster.SlurmResour
     params["slurm_setup"] = [pythonpath] + params["slurm_setup"]
     executor.update_parameters(**params)
   elif cluster_name == "local":
-    executor = submitit.AutoExecutor(folder=folder, cluster="local")
+    executor = submitit.LocalExecutor(folder=folder)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    executor.update_parameters(timeout_min=params["timeout_min"],
-                               local_setup=params["slurm_setup"])
+    executor.update_parameters(**dict({"timeout_min": params["timeout_min"],
+                                       "setup": params["slurm_setup"]},
+                                      **_local_gpu_params(resources)))
   else:
     executor = submitit.AutoExecutor(folder=folder, cluster="debug")
   return executor
+
+
+def _local_gpu_params(resources: cluster.SlurmResources) -> Dict[str, Any]:
+  """submitit LocalExecutor's gpus_per_node and visible_gpus for the GPUs a local job
+  gets; GPUs named otherwise than by index (UUIDs) go through the job's setup."""
+  try:
+    gpus = resources.local_gpus(cluster.visible_gpus())
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  if all(g.isdigit() for g in gpus):
+    return {"gpus_per_node": len(gpus), "visible_gpus": tuple(int(g) for g in gpus)}
+  return {"setup": list(resources.setup) + [
+      f"export CUDA_VISIBLE_DEVICES={shlex.quote(','.join(gpus))}"]}
 
 
 # -- Slurm -----------------------------------------------------------------------------

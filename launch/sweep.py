@@ -78,7 +78,7 @@ def pick_cluster(name: str) -> str:
 
 def expand(gin_files, gin_params, results_dir):
   """cluster.expand_runs with bad input turned into UsageError."""
-  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  from launch import cluster  # pylint: disable=g-import-not-at-top
   if not gin_files:
     raise UsageError("no gin file given (--gin FILE, e.g. --gin gin/baseline.gin)")
   try:
@@ -100,7 +100,7 @@ def cmd_status(args) -> int:
   if results_dir.exists() and not results_dir.is_dir():
     raise UsageError(f"--results {results_dir} is a file, not a results folder")
   if args.gin:
-    from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+    from launch import cluster  # pylint: disable=g-import-not-at-top
     sweep_runs = expand(args.gin, args.gin_param, results_dir)
     views, warnings = status.classify(results_dir, sweep_runs,
                                       cluster.expected_definitions(sweep_runs))
@@ -113,7 +113,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_sweep(args, argv: List[str]) -> int:
-  from nar_markov import cluster  # pylint: disable=g-import-not-at-top
+  from launch import cluster  # pylint: disable=g-import-not-at-top
   results_dir = results_folder(args.results)
   cluster_name = pick_cluster(args.cluster)
   sweep_runs = expand(args.gin, args.gin_param, results_dir)

@@ -27,6 +27,7 @@ from typing import Any, Dict, Optional, Sequence
 from nar_markov import experiment
 from nar_markov import quiet
 from nar_markov import runs
+from nar_markov import runspec
 from nar_markov.lambda_heuristic import (
     RECORD_SCHEMA, CalibrationError, LambdaHeuristic, atomic_write_json,
     check_results_dir, continuation_state, format_records, lambda0_results_dir, load_lambda,
@@ -51,12 +52,12 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   """
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
-  components = experiment.configured(**{k: v for k, v in (("net", net), ("protocol", protocol))
-                                         if v is not None})
+  components = runspec.configured(**{k: v for k, v in (("net", net), ("protocol", protocol))
+                                      if v is not None})
   net = dataclasses.replace(components["net"], history="gated")
   protocol = components["protocol"]
-  settings = experiment.record_settings(
-      experiment.run_settings_from_gin(algorithm, net=net, protocol=protocol))
+  settings = runspec.record_settings(
+      runspec.run_settings_from_gin(algorithm, net=net, protocol=protocol))
   schedule_steps = settings["schedule_steps"]
   path = record_path(results_dir, h.reading, algorithm, net.history_scope)
   existing = read_record(path)
@@ -100,7 +101,7 @@ class _Calibration:
     """The record's entry for `seed`: its λ = 0 run, and under 'constant' its search."""
     base_dir = lambda0_results_dir(self.results_dir, self.scope)
     base = experiment.run_experiment(seed=seed, results_dir=str(base_dir),
-                                     penalty=experiment.GatePenalty(0.0, start_step=0),
+                                     penalty=runspec.GatePenalty(0.0, start_step=0),
                                      save_final_state=True, **self.common)
     m0 = measure(base, self.step, self.window)
     if not m0["G"] > 0:
@@ -131,8 +132,8 @@ class _Calibration:
     trial_dir = trial_results_dir(self.results_dir, self.algorithm, seed, i, self.scope)
     # One λ from step 0, as the record says of its trials, whatever ramp,
     # adaptation or multiplier the sweep's gin binds for the runs that read it.
-    trial_penalty = experiment.GatePenalty(lam, start_step=0, lambda_scale=1.0,
-                                           ramp_steps=0, adaptive_every_steps=None)
+    trial_penalty = runspec.GatePenalty(lam, start_step=0, lambda_scale=1.0,
+                                        ramp_steps=0, adaptive_every_steps=None)
     res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
                                     penalty=trial_penalty, save_final_state=True, **self.common)
     if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):

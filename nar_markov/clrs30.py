@@ -7,9 +7,14 @@ and tests/test_data.py checks them against clrs 2.0.3.
 
 from __future__ import annotations
 
+import pathlib
 from typing import Optional, Sequence, Tuple
 
 import gin
+
+# Hint-trajectory lengths per algorithm and size, measured on dm-clrs's samplers
+# (package data): nar_markov.data's bounds, the launcher's cost estimate.
+TRAJECTORY_LENGTHS_FILE = pathlib.Path(__file__).resolve().parent / "clrs30_trajectory_lengths.json"
 
 # clrs.specs.CLRS_30_ALGS, in its order.
 ALGORITHMS: Tuple[str, ...] = (

@@ -60,8 +60,7 @@ _STRING_MATCHER_VAL_LENGTH = 20
 
 _CACHE_FORMAT = 1
 _CACHE_ENV = "NAR_MARKOV_CACHE"
-_TRAJECTORY_LENGTHS_FILE = (pathlib.Path(__file__).resolve().parent /
-                            "clrs30_trajectory_lengths.json")
+_TRAJECTORY_LENGTHS_FILE = clrs30.TRAJECTORY_LENGTHS_FILE
 
 
 check_algorithm = clrs30.check_algorithm

@@ -1,11 +1,13 @@
-"""Which JAX backend and devices a process got, for result.json and job logs."""
+"""Which JAX backend and devices a process got, for result.json and job logs; a job's GPU check."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import pathlib
 import platform
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import jax
 
@@ -68,6 +70,64 @@ def describe_backend() -> Dict[str, Any]:
           "device_kind": devices[0].device_kind if devices else None,
           "device_count": len(devices), "host_cpu": describe_host_cpu(),
           "xla_cpu_threads": xla_cpu_threads()}
+
+
+# The distributions that give jaxlib its CUDA backend (the `cuda12` extra installs the
+# first two; a host image may ship the CUDA 13 ones).
+CUDA_PLUGINS = ("jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt")
+
+
+class GpuError(RuntimeError):
+  """A job that asked for GPUs did not get them; the message says why, in one line."""
+
+
+def check_gpus(asked: int, local_devices: Optional[Sequence[Any]] = None,
+               environ: Optional[Dict[str, str]] = None,
+               plugins: Optional[Sequence[str]] = None) -> None:
+  """Raise GpuError unless JAX runs on at least `asked` GPUs in this process.
+
+  A job that asked its scheduler for a GPU and silently trained on the CPU costs a
+  sweep days; this stops it at its start instead.  The message names the first cause
+  that applies: CUDA_VISIBLE_DEVICES hides the GPUs, no CUDA plugin for jaxlib is
+  installed, or JAX found fewer GPUs than asked (its own warning in the job's log says
+  why, e.g. the driver).  `local_devices`, `environ`, `plugins` (installed CUDA plugin
+  distributions): this process's, unless given (tests).
+  """
+  devices = jax.local_devices() if local_devices is None else list(local_devices)
+  environ = os.environ if environ is None else environ
+  gpus = [d for d in devices if d.platform in ("gpu", "cuda", "rocm")]
+  if len(gpus) >= asked:
+    return
+  got = (f"JAX runs on {devices[0].platform if devices else 'no device'}" if not gpus
+         else f"JAX sees {len(gpus)} GPU(s)")
+  head = f"slurm_resources.gpus_per_task = {asked} but {got}: "
+  hidden = environ.get("CUDA_VISIBLE_DEVICES")
+  if hidden is not None and len([n for n in hidden.split(",") if n.strip()]) < asked:
+    raise GpuError(head + f"CUDA_VISIBLE_DEVICES={hidden!r} leaves it fewer (the "
+                   "scheduler or launcher did not give the job its GPUs)")
+  plugins = installed_cuda_plugins() if plugins is None else list(plugins)
+  if not plugins:
+    raise GpuError(head + "jaxlib has no CUDA plugin here (install one: pip install -e "
+                   "'.[cuda12]')")
+  raise GpuError(head + f"its CUDA plugin ({', '.join(plugins)}) found no more; JAX's "
+                 "warning above in this log says why (driver, CUDA libraries)")
+
+
+def installed_cuda_plugins() -> list:
+  """Which of CUDA_PLUGINS are installed (else which jax_plugins modules JAX would load)."""
+  found = []
+  for name in CUDA_PLUGINS:
+    try:
+      found.append(f"{name} {importlib.metadata.version(name)}")
+    except importlib.metadata.PackageNotFoundError:
+      pass
+  for module in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13"):
+    try:
+      if not found and importlib.util.find_spec(module) is not None:
+        found.append(module)
+    except ImportError:  # no jax_plugins package at all
+      pass
+  return found
 
 
 if __name__ == "__main__":

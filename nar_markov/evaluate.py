@@ -54,8 +54,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from nar_markov import params_io
 from nar_markov import runs
 
-PARAMS_NAME = "params.npz"  # = nar_markov.train.PARAMS_NAME (train imports jax)
-RESULT_NAME = "result.json"
+PARAMS_NAME = runs.PARAMS_NAME
+RESULT_NAME = runs.RESULT_NAME
 # The official test split's seed is 3 (clrs.CLRS30); fresh graphs use another by default.
 DEFAULT_SAMPLE_SEED = 4
 
@@ -420,8 +420,8 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
   for t in range(nb_steps):
     hard = decoders.postprocess(
         spec, {k: v[t] for k, v in logits.items()},
-        sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
-        sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=True)  # pylint: disable=protected-access
+        sinkhorn_temperature=model_lib.SINKHORN_TEMPERATURE,
+        sinkhorn_steps=model_lib.SINKHORN_STEPS_HINTS, hard=True)
     preds.append({k: clrs.DataPoint(name=d.name, location=d.location, type_=d.type_,
                                     data=np.asarray(d.data)) for k, d in hard.items()})
   lengths = np.asarray(feedback.features.lengths)
@@ -665,7 +665,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
   if args.max_samples is not None and args.max_samples < 1:
     parser.error("--max-samples must be >= 1")
-  from nar_markov import train
   from nar_markov import learner
   from nar_markov import util
   learner.setup_compilation_cache()
@@ -677,8 +676,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except (RunMismatch, params_io.UnreadableParams) as e:
     parser.exit(2, f"evaluate: error: {e}\n")
   if args.json:
-    train.atomic_write_bytes(pathlib.Path(args.json),
-                             json.dumps(util.jsonable(out), indent=1).encode())
+    runs.atomic_write_bytes(pathlib.Path(args.json),
+                            json.dumps(util.jsonable(out), indent=1).encode())
   if args.markov:
     write_markov_record(args.run_dir, out)
   return 0

@@ -8,7 +8,7 @@ CLRS-30 algorithms, so on every CLRS feature type).  The work it removes -- low-
 edge features folded into the next matrix, inputs encoded and outputs decoded once,
 pointer decoders and the message MLP with hand-written VJPs, remat with chosen saves,
 finished steps skipped, only what the output decoders read carried through the scan --
-is listed with its measurements in docs/performance.md; the named scopes (encode,
+is measured in docs/performance.md; the named scopes (encode,
 process, decode, ...) are what benchmarks/profile_step.py attributes time by.  Only the
 Triplet-GMPNN processor (the paper's) has a fast path; `NetConfig(impl='reference')`
 runs dm-clrs's modules as they are.
@@ -60,7 +60,7 @@ def on_rows(f, x: chex.Array) -> chex.Array:
 
   Same value as f(x).  On a [B, N, N, D] input the weight gradient of a
   product contracts three axes, a dot_general that XLA:CPU runs outside
-  YNNPACK (module doc, 7); on the 2-D view it is one plain product.
+  YNNPACK, its fast matrix library; on the 2-D view it is one plain product.
   """
   y = f(x.reshape(-1, x.shape[-1]))
   return y.reshape(x.shape[:-1] + y.shape[-1:])
@@ -172,7 +172,7 @@ class TripletGMPNN(hk.Module):
       tri_g = t_g(graph_fts)
       # dm-clrs adds all seven terms into a [B, N, N, N, F] tensor and takes
       # the max over its axis 1 (i).  Four of the terms do not depend on i, so
-      # they are added after the max (module doc, 6): same value, up to float
+      # they are added after the max, on a tensor N times smaller: same value, up to float
       # round-off from the order of additions.
       tri_max = jnp.max(jnp.expand_dims(jnp.expand_dims(tri_1, 2) + tri_e_1, 3) +
                         jnp.expand_dims(tri_e_2, 2), axis=1)          # (B, j, k, F)
@@ -222,7 +222,8 @@ def message_mlp_max(pre, w1, b1, w2, b2):
   return _message_mlp_max_fwd(pre, w1, b1, w2, b2)[0]
 
 
-# What the per-step remat keeps instead of recomputing (module doc, 8).
+# What the per-step remat keeps instead of recomputing: the message MLP's activations,
+# whose recomputation costs more than storing them.
 _REMAT_SAVES = ("message_h1", "message_hit", "message_ties", "message_max")
 
 
@@ -524,8 +525,8 @@ class FastNet(model_lib.Net):
       with jax.named_scope("feedback"):
         decoded = decoders.postprocess(
             p.spec, prev_hint_preds,
-            sinkhorn_temperature=model_lib._SINKHORN_TEMPERATURE,  # pylint: disable=protected-access
-            sinkhorn_steps=model_lib._SINKHORN_STEPS_HINTS, hard=False)  # pylint: disable=protected-access
+            sinkhorn_temperature=model_lib.SINKHORN_TEMPERATURE,
+            sinkhorn_steps=model_lib.SINKHORN_STEPS_HINTS, hard=False)
       cur_hints = [decoded[x.name] for x in p.hints]
       nxt_hidden, nxt_hint_preds, dec_in, _, g_sum, h_norm = self._step(
           p, cur_hints, hidden)
@@ -533,7 +534,7 @@ class FastNet(model_lib.Net):
       # keeps the outputs of that step), hence padding is harmless.
       new_last = jax.tree_util.tree_map(
           lambda new, old: jnp.where(
-              model_lib._not_done(p.lengths, i, new) > 0, new, old),  # pylint: disable=protected-access
+              model_lib.running_mask(p.lengths, i, new) > 0, new, old),
           p.for_outputs(dec_in), last_in)
       per_step = (nxt_hint_preds if p.collect_hints else {}, g_sum, h_norm)
       return (nxt_hidden, nxt_hint_preds, new_last), per_step

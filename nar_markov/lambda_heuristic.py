@@ -321,7 +321,7 @@ def read_record(path: pathlib.Path) -> Optional[Dict[str, Any]]:
 def record_settings(settings: Mapping[str, Any], exclude: Sequence[str] = ()) -> Dict[str, Any]:
   """What a record keeps of a run's settings, and must agree on with every run that
   uses it: all but the run's length (the calibration trains to the switch only) and
-  `exclude` (experiment.record_settings: the penalty's strength once on)."""
+  `exclude` (runspec.record_settings: the penalty's strength once on)."""
   return {k: v for k, v in settings.items() if k != "train_steps" and k not in exclude}
 
 

@@ -1,15 +1,19 @@
 """Brings results written by older versions up to today's formats, in place, changing no number.
 
-Owns two rewrites of a run folder, each idempotent:
+Owns these rewrites of a run folder, each idempotent:
 
 * ``config.gin``: the old flat bindings (``run_experiment.batch_size``, ...,
   ``run_experiment.lambda_gate``) become today's (``Protocol.*``, ``NetConfig.*``,
   ``GatePenalty.lambda_gate``); the net's history and the gate penalty, which the model
-  label implied then (experiment.PAPER_LABELS), are bound; the modules gin/base.gin
+  label implied then (runspec.PAPER_LABELS), are bound; the modules gin/base.gin
   imports are imported.  A λ calibration run (label ``calibrate``) was written with the
   sweep's gin, over which nar_markov/calibrate.py gave its own label, length and λ:
   those are appended from its result.json, as today's runs write them
   (experiment.run_gin).  Values are copied as they are written.
+* ``config.gin``, again: the launcher's module moved out of the library
+  (``import nar_markov.cluster`` -> ``import launch.cluster``, `MOVED_MODULES`), so the
+  Slurm resources and sweep axes it binds (``slurm_resources.*``, ``sweep_axes.*``)
+  resolve; nothing else of the file changes.
 * ``result.json``: ``lambda_calibration.record`` and ``.continued_from``, absolute paths
   of the machine that trained the run, become relative to the results folder the run
   was trained into (lambda_heuristic.legacy_relpath) -- the only edit of a value.
@@ -40,15 +44,18 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from nar_markov import experiment
 from nar_markov import lambda_heuristic
 from nar_markov import replay
 from nar_markov import runs
+from nar_markov import runspec
 from nar_markov.netconfig import NetConfig
 
 # What gin/base.gin imports: the configurables a config.gin binds.
-IMPORTS = ("import nar_markov.cluster", "import nar_markov.experiment",
+IMPORTS = ("import launch.cluster", "import nar_markov.experiment",
            "import nar_markov.lambda_heuristic", "import nar_markov.netconfig")
+# Modules a config.gin imported that have moved since: old -> new.
+MOVED_MODULES = {"nar_markov.cluster": "launch.cluster"}
+_IMPORT = re.compile(r"^import (" + "|".join(re.escape(m) for m in MOVED_MODULES) + r")\b", re.M)
 _FLAT = re.compile(r"^run_experiment\.([a-z_][a-z0-9_]*)(\s*=)", re.M)
 _MODEL = re.compile(r"^run_experiment\.model\s*=\s*'([a-z0-9_]+)'\s*$", re.M)
 PATH_KEYS = ("record", "continued_from")
@@ -57,7 +64,7 @@ PATH_KEYS = ("record", "continued_from")
 def flat_target(name: str) -> Optional[str]:
   """Today's configurable of an old flat `run_experiment.<name>` binding, or None for a
   parameter run_experiment still has."""
-  for cls in (experiment.Protocol, NetConfig):
+  for cls in (runspec.Protocol, NetConfig):
     if name in {f.name for f in dataclasses.fields(cls)}:
       return cls.__name__
   return "GatePenalty" if name == "lambda_gate" else None
@@ -73,11 +80,11 @@ def migrate_flat(text: str) -> str:
   if not is_flat(text):
     return text
   model = _MODEL.search(text)
-  base = model and model.group(1).removesuffix(experiment.MULTITASK_SUFFIX)
-  if base not in experiment.PAPER_LABELS:
+  base = model and model.group(1).removesuffix(runspec.MULTITASK_SUFFIX)
+  if base not in runspec.PAPER_LABELS:
     raise ValueError(f"model label {base!r}: not one of the paper's, whose history and "
                      "penalty the label implied")
-  history, has_penalty = experiment.PAPER_LABELS[base]
+  history, has_penalty = runspec.PAPER_LABELS[base]
   lam = re.search(r"^run_experiment\.lambda_gate\s*=\s*(.*?)\s*$", text, re.M)
   if not has_penalty and lam and lam.group(1) != "None":
     raise ValueError(f"a {base!r} run binds a lambda: not a config.gin this migrates")
@@ -96,6 +103,11 @@ def migrate_flat(text: str) -> str:
   if has_penalty:
     tail += "run_experiment.penalty = @GatePenalty()\n"
   return head + out.rstrip("\n") + "\n" + tail
+
+
+def migrate_imports(text: str) -> str:
+  """`text` (a config.gin) importing today's module where one has moved (MOVED_MODULES)."""
+  return _IMPORT.sub(lambda m: "import " + MOVED_MODULES[m.group(1)], text)
 
 
 def calibration_overrides(result: Mapping[str, Any]) -> str:
@@ -117,7 +129,7 @@ def calibration_overrides(result: Mapping[str, Any]) -> str:
 def migrate_config(text: str, result: Optional[Mapping[str, Any]]) -> str:
   """config.gin `text` in today's bindings, giving the run of `result` (None: a folder
   without a result, flat bindings only)."""
-  out = migrate_flat(text)
+  out = migrate_imports(migrate_flat(text))
   if result is not None and result.get("model") == "calibrate":
     model = _MODEL.findall(out)
     if not model or model[-1] != "calibrate":

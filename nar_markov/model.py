@@ -51,9 +51,9 @@ _Type = specs.Type
 
 # dm-clrs's sinkhorn settings: 25 steps when hints are fed back, 50 when outputs
 # are scored (nets.Net._msg_passing_step and BaselineModel._predict).
-_SINKHORN_TEMPERATURE = 0.1
-_SINKHORN_STEPS_HINTS = 25
-_SINKHORN_STEPS_OUTPUTS = 50
+SINKHORN_TEMPERATURE = 0.1
+SINKHORN_STEPS_HINTS = 25
+SINKHORN_STEPS_OUTPUTS = 50
 _EPS = 1e-12
 
 
@@ -315,8 +315,8 @@ class Net(hk.Module):
       # No teacher forcing: feed back the soft re-prediction of the previous
       # step's hints (dm-clrs hint_repred_mode='soft').
       decoded = decoders.postprocess(
-          spec, prev_hint_preds, sinkhorn_temperature=_SINKHORN_TEMPERATURE,
-          sinkhorn_steps=_SINKHORN_STEPS_HINTS, hard=False)
+          spec, prev_hint_preds, sinkhorn_temperature=SINKHORN_TEMPERATURE,
+          sinkhorn_steps=SINKHORN_STEPS_HINTS, hard=False)
       cur_hints = [decoded[h.name] for h in hints]
       nxt_hidden, cand_outputs, nxt_hint_preds, g_sum, h_norm = step(
           cur_hints, hidden)
@@ -324,7 +324,7 @@ class Net(hk.Module):
       # is what makes time padding harmless.
       output_preds = {}
       for name, cand in cand_outputs.items():
-        not_done = _not_done(lengths, i, cand)
+        not_done = running_mask(lengths, i, cand)
         output_preds[name] = not_done * cand + (1.0 - not_done) * prev_output_preds[name]
       return (nxt_hidden, nxt_hint_preds, output_preds), (nxt_hint_preds, g_sum, h_norm)
 
@@ -343,7 +343,9 @@ class Net(hk.Module):
     return NetOutput(output_preds, all_hint_preds, gate_sum, history_norm)
 
 
-def _not_done(lengths, i, tensor):
+def running_mask(lengths, i, tensor):
+  """1 where step i + 1 of the trajectory still runs, shaped to broadcast over `tensor`
+  (a finished trajectory keeps its predictions); fastnet.py computes the same."""
   not_done = (lengths > i + 1) * 1.0
   return jnp.reshape(not_done, not_done.shape + (1,) * (tensor.ndim - 1))
 
@@ -404,8 +406,8 @@ def compute_losses(feedback, out: NetOutput, lambda_gate) -> Losses:
 def postprocess_outputs(spec, output_preds):
   """Hard outputs for scoring, as dm-clrs's BaselineModel.predict."""
   return decoders.postprocess(
-      spec, output_preds, sinkhorn_temperature=_SINKHORN_TEMPERATURE,
-      sinkhorn_steps=_SINKHORN_STEPS_OUTPUTS, hard=True)
+      spec, output_preds, sinkhorn_temperature=SINKHORN_TEMPERATURE,
+      sinkhorn_steps=SINKHORN_STEPS_OUTPUTS, hard=True)
 
 
 def mean_history_norm(out: NetOutput, lengths) -> chex.Array:

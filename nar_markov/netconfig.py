@@ -54,19 +54,11 @@ class NetConfig:
   # instead of storing its intermediates (on CPU the stores and copies of
   # [B, N, N, H] residuals cost more than the recomputation; see README).
   remat: bool = True
-  # CPU only: XLA packs all of a compiled step's scratch into one buffer, which
-  # glibc maps fresh from the kernel on every call once it exceeds malloc's
-  # mmap threshold (32 MiB at most): 40-150 MB per train step at 11-16 nodes,
-  # every page faulted in and zeroed again each step.  Split into heaps of at most
-  # this many MiB (XLA's xla_multiheap_size_constraint_per_heap), the scratch is
-  # reused from malloc's arenas instead.  Only buffer placement changes, not a
-  # bit of what is computed (tests/test_learner.py).  30, just under the
-  # threshold, splits only scratch that would be mapped fresh: a step whose scratch
-  # fits in 30 MiB (every step at the test suite's sizes; the protocol's smaller
-  # ones) keeps its one buffer and its place in the persistent compile cache,
-  # which cannot hold a split step.  4 split every step above 4 MiB, slowed the
-  # small ones and the test suite (39 instead of 24 minutes).  0 = XLA's one
-  # buffer always.  docs/performance.md ("Scratch in heaps") has the measurements.
+  # CPU only: split a compiled step's scratch into heaps of at most this many MiB
+  # (XLA's xla_multiheap_size_constraint_per_heap), so that glibc reuses it instead of
+  # mapping and zeroing it afresh every step.  Where buffers go, not a bit of what is
+  # computed (tests/test_learner.py); a step whose scratch fits (every step of the test
+  # suite) stays one buffer and can be compile-cached.  0 = XLA's one buffer always.
   xla_heap_mib: int = 30
 
   def __post_init__(self):

@@ -53,8 +53,8 @@ class Plan:
 
   @property
   def multitask(self) -> bool:
-    from nar_markov import experiment  # pylint: disable=g-import-not-at-top
-    return self.model.endswith(experiment.MULTITASK_SUFFIX)
+    from nar_markov import runspec  # pylint: disable=g-import-not-at-top
+    return self.model.endswith(runspec.MULTITASK_SUFFIX)
 
   def target(self, results_dir) -> pathlib.Path:
     return runs.run_dir(results_dir, self.model, self.result["algorithm"], self.result["seed"])
@@ -82,17 +82,17 @@ def read_folder(folder) -> Dict[str, Any]:
 def check_folder(folder) -> Plan:
   """The replay plan of `folder`, after checking that its config.gin, parsed alone with
   today's code, gives the run its result.json records (runs.check_result with
-  experiment.run_definition_from_gin: done or diverged).  ReplayError otherwise."""
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  runspec.run_definition_from_gin: done or diverged).  ReplayError otherwise."""
   from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top
+  from nar_markov import runspec  # pylint: disable=g-import-not-at-top
   folder = pathlib.Path(folder).absolute()
   result = read_folder(folder)
   root = folder.parents[2]
   try:
     config_lib.parse_gin([str((folder / runs.CONFIG_NAME).resolve())])
     algorithms = result.get("multitask_algorithms") or [result["algorithm"]]
-    definition = experiment.run_definition_from_gin(result["algorithm"], root, algorithms)
-    penalty = experiment.configured()["penalty"]
+    definition = runspec.run_definition_from_gin(result["algorithm"], root, algorithms)
+    penalty = runspec.configured()["penalty"]
   except ValueError as e:
     raise ReplayError(f"{folder / runs.CONFIG_NAME} does not parse with this code: "
                       + str(e).splitlines()[0]) from e
@@ -101,7 +101,7 @@ def check_folder(folder) -> Plan:
     raise ReplayError(f"{folder / runs.CONFIG_NAME} does not give the run of its "
                       f"result.json ({verdict.state}): {verdict.detail}")
   record = None
-  if experiment.needs_calibration(penalty):
+  if runspec.needs_calibration(penalty):
     h = lambda_heuristic.LambdaHeuristic()
     record = lambda_heuristic.record_path(root, h.reading, result["algorithm"],
                                           definition["settings"].get("history_scope"))

@@ -5,7 +5,7 @@ Imports no jax: the launcher, ``--status`` and the analysis read results through
 A run ``<results>/<model>/<algorithm>/seed<k>/`` is **done** when `check_result` says so: its
 ``result.json`` parses, has the schema (`result_problems`), a final status (done or diverged)
 and the definition the caller asks for -- model, algorithm, seed, the training settings
-(``experiment.run_settings``) and λ (value, reading of the heuristic, first penalised step). A file
+(``runspec.run_settings``) and λ (value, reading of the heuristic, first penalised step). A file
 that merely exists is not enough. The verdicts:
 
   done / diverged   a valid result with the asked-for definition;
@@ -38,9 +38,11 @@ import tempfile
 import time
 import zipfile
 import zlib
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from nar_markov import util
 
 RESULT_SCHEMA = "nar_markov.result/1"
 RESULT_NAME = "result.json"
@@ -229,6 +231,74 @@ def read_result(path) -> Tuple[Optional[dict], List[str]]:
   return result, result_problems(result)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+  """One run's result.json, typed; `as_json` lays it out in the schema (`result_problems`
+  reads it back).  The training loop fills it in; every key is said here."""
+  model: str
+  history: str                        # NetConfig.history
+  algorithm: str
+  seed: int
+  steps: int                          # trained (to the divergence, for a diverged run)
+  train_steps: int
+  diverged_step: Optional[int]
+  test: Optional[Mapping[str, Any]]   # the first best's test: "score", "scores"
+  val_best: Optional[float]
+  val_best_step: Optional[int]
+  lambda_gate: float
+  lambda_reading: Optional[str]
+  penalty_start_step: int
+  lambda_calibration: Optional[Mapping[str, Any]]
+  settings: Mapping[str, Any]         # runspec.run_settings
+  validation_mode: str
+  curves: Mapping[str, Any]
+  train_time_s: float
+  eval_time_s: float
+  versions: Mapping[str, str]
+  code_version: Mapping[str, Any]     # provenance.code_version
+  device: Mapping[str, Any]
+  gin_config: str
+  selection: Mapping[str, Any]        # the test score under each selection rule
+  lambda_updates: Optional[Sequence[Any]] = None   # adaptive λ: [step, λ, L, G] each
+  multitask: Optional[Mapping[str, Any]] = None    # multitask_algorithms, _update, _val_mean_best
+
+  def as_json(self) -> Dict[str, Any]:
+    s, test = self.settings, self.test
+    result = {
+        "schema": RESULT_SCHEMA, "model": self.model, "history": self.history,
+        "algorithm": self.algorithm, "seed": self.seed,
+        "status": "done" if self.diverged_step is None else "diverged",
+        "steps": int(self.steps), "train_steps": self.train_steps,
+        "diverged_step": self.diverged_step,
+        "test_score": None if test is None else test["score"],
+        "test_scores": None if test is None else test["scores"],
+        "val_best": self.val_best, "val_best_step": self.val_best_step,
+        "lambda_gate": self.lambda_gate, "lambda_reading": self.lambda_reading,
+        "penalty_start_step": self.penalty_start_step,
+        "lambda_calibration": self.lambda_calibration,
+        **{k: s[k] for k in ("hidden_size", "batch_size", "learning_rate", "schedule_steps",
+                             "train_lengths")},
+        "validation_mode": self.validation_mode, "settings": s, "curves": self.curves,
+        "wall_time_s": self.train_time_s + self.eval_time_s,
+        "train_time_s": self.train_time_s, "eval_time_s": self.eval_time_s,
+        "steps_per_s": self.steps / max(self.train_time_s, 1e-9),
+        "versions": self.versions, **self.code_version, "device": self.device,
+        "gin_config": self.gin_config, "selection": self.selection,
+    }
+    if self.lambda_updates is not None:
+      result["lambda_updates"] = self.lambda_updates
+    if self.multitask is not None:
+      result.update(self.multitask)
+    return result
+
+
+def write_result(folder, record: RunRecord) -> None:
+  """Write `record` as `folder`/result.json, atomically, in JSON's values (no NaN, no
+  numpy types: util.jsonable)."""
+  atomic_write_bytes(pathlib.Path(folder) / RESULT_NAME,
+                     json.dumps(util.jsonable(record.as_json()), indent=1).encode())
+
+
 # -- what defines a run ------------------------------------------------------------
 
 
@@ -254,7 +324,7 @@ def definition_mismatch(recorded: Mapping[str, Any], expected: Mapping[str, Any]
                         ) -> List[Tuple[str, Any, Any]]:
   """(name, recorded, expected) for each defining value that differs.
 
-  `expected`: the run's definition (``experiment.run_definition``: model, algorithm,
+  `expected`: the run's definition (``runspec.run_definition``: model, algorithm,
   seed, lambda_gate, lambda_reading, penalty_start_step, and "settings", a
   dict compared key by key over the keys of both: a setting recorded only where
   it differs from its default is absent on the side that has the default).  A

@@ -13,8 +13,8 @@ import pytest
 # session then dies with "lost sys.stderr").
 import submitit  # noqa: F401  pylint: disable=unused-import
 
-from nar_markov import experiment
 from nar_markov import quiet
+from nar_markov import runspec
 
 import flat
 
@@ -165,7 +165,7 @@ def write_result():
     d.mkdir(parents=True, exist_ok=True)
     base = model[:-len("_multitask")] if model.endswith("_multitask") else model
     result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
-              "history": experiment.PAPER_LABELS.get(base, ("full",))[0],
+              "history": runspec.PAPER_LABELS.get(base, ("full",))[0],
               "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
               "diverged_step": None, "test_score": 0.5, "lambda_gate": 0.0,
               "lambda_reading": None, "penalty_start_step": 0}

@@ -6,10 +6,11 @@ import dataclasses
 from typing import Any, Dict, List
 
 from nar_markov import experiment
+from nar_markov import runspec
 from nar_markov.netconfig import NetConfig
 
 NET_FIELDS = {f.name for f in dataclasses.fields(NetConfig)}
-PROTOCOL_FIELDS = {f.name for f in dataclasses.fields(experiment.Protocol)}
+PROTOCOL_FIELDS = {f.name for f in dataclasses.fields(runspec.Protocol)}
 
 
 def components(**flat) -> Dict[str, Any]:
@@ -21,12 +22,12 @@ def components(**flat) -> Dict[str, Any]:
   protocol = {k: flat.pop(k) for k in list(flat) if k in PROTOCOL_FIELDS}
   model = flat.get("model", "")
   base = model[:-len("_multitask")] if model.endswith("_multitask") else model
-  history, has_penalty = experiment.PAPER_LABELS.get(base, ("full", "lambda_gate" in flat))
+  history, has_penalty = runspec.PAPER_LABELS.get(base, ("full", "lambda_gate" in flat))
   net.setdefault("history", history)
   lam = flat.pop("lambda_gate", None)
   if "penalty" not in flat:
-    flat["penalty"] = experiment.GatePenalty(lam) if has_penalty else None
-  return dict(flat, net=NetConfig(**net), protocol=experiment.Protocol(**protocol))
+    flat["penalty"] = runspec.GatePenalty(lam) if has_penalty else None
+  return dict(flat, net=NetConfig(**net), protocol=runspec.Protocol(**protocol))
 
 
 def run(stop_after_steps=None, **flat):
@@ -67,6 +68,6 @@ def gin_params(**flat) -> List[str]:
 
 
 def settings(algorithm: str, **flat) -> Dict[str, Any]:
-  """experiment.run_settings of `algorithm` with flat keywords."""
+  """runspec.run_settings of `algorithm` with flat keywords."""
   c = components(**flat)
-  return experiment.run_settings(algorithm, c["protocol"], c["net"], penalty=c["penalty"])
+  return runspec.run_settings(algorithm, c["protocol"], c["net"], penalty=c["penalty"])

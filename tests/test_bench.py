@@ -81,6 +81,7 @@ def test_tiny_bench_report(tmp_path):
     assert c["train_step_compilations"] == 1
     assert c["train_shapes"] == 1
     assert c["compile_s"] > 0
+    assert 0 < c["compile_cpu_s"]
     assert c["persistent_cache_hits"] == 0
     assert c["persistent_cache"]["jax_enable_compilation_cache"] is False
     assert sum(f["count"] for f in c["by_function"].values()) == c["compilations"]
@@ -90,6 +91,57 @@ def test_tiny_bench_report(tmp_path):
   table = bench.markdown_table(report)
   assert table.splitlines()[2].startswith("| bfs | ")
   assert "skipped" in table
+
+
+def test_the_30_algorithm_table_has_the_first_steps_of_each(capsys):
+  """Each impl's warm-up (its first step at every train size, compilations included),
+  ours / dm-clrs, as a column of the committed 30-algorithm table."""
+  path = "benchmarks/results/cpu_clrs30_intel.json"
+  assert bench.main(["--table", path]) == 0
+  rows = [l for l in capsys.readouterr().out.splitlines() if l.startswith("| ")][2:]
+  report = json.loads(open(path).read())
+  assert len(rows) == len(report["algorithms"]) == 30
+  for row, (algorithm, res) in zip(rows, report["algorithms"].items()):
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    ss = res["steady_state"]
+    assert cells[0] == algorithm
+    assert cells[5] == f"{ss['ours']['warmup_s']:.1f} / {ss['clrs']['warmup_s']:.1f}"
+
+
+def test_cache_log_says_what_the_persistent_cache_did():
+  """A miss too quick to write, a miss whose write failed, a hit: jax's own words, per
+  function, in the order jax says them for each compilation; then a real one."""
+  import logging
+  import warnings
+  import jax
+  import jax.numpy as jnp
+  log = common.CacheLog()
+  say = lambda message: log.emit(logging.makeLogRecord({"msg": message}))
+  compiled = lambda seconds: log._on_duration(common.BACKEND_COMPILE_EVENT, seconds)  # pylint: disable=protected-access
+  try:
+    say("PERSISTENT COMPILATION CACHE MISS for 'jit_f' with key 'k1'")
+    say("Not writing persistent cache entry for 'jit_f' because it took < 0.50 seconds "
+        "to compile (0.10s)")
+    compiled(0.1)
+    say("PERSISTENT COMPILATION CACHE MISS for 'jit_g' with key 'k2'")
+    warnings.warn("Error writing persistent compilation cache entry for 'jit_g': "
+                  "XlaRuntimeError: UNKNOWN: Multiple temp buffer allocations found")
+    compiled(2.0)
+    say("Persistent compilation cache hit for 'jit_h' with key 'k3'")
+    compiled(0.05)
+    jax.jit(lambda x: x * 7 + 1)(jnp.ones(3)).block_until_ready()   # a real compilation
+  finally:
+    log.close()
+  by = log.by_function()
+  assert by["jit_f"]["misses"] == 1 and by["jit_f"]["not_written"] == {
+      "it took < 0.50 seconds to compile (0.10s)": 1}
+  assert by["jit_g"]["not_written"] == {
+      "XlaRuntimeError: UNKNOWN: Multiple temp buffer allocations found": 1}
+  assert by["jit_g"]["seconds"] == 2.0
+  assert by["jit_h"]["hits"] == 1 and by["jit_h"]["misses"] == 0
+  last = log.records[-1]
+  assert last["function"].startswith("jit_") and last["cache"] == "miss"
+  assert last["seconds"] > 0 and last["cpu_s"] >= 0 and len(log.records) == 4
 
 
 def test_compile_counter_counts_one_compilation_per_shape():

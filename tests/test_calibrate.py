@@ -13,7 +13,8 @@ from nar_markov import config
 from nar_markov import experiment
 from nar_markov import lambda_heuristic
 from nar_markov import replay
-from nar_markov import train
+from nar_markov import runs
+from nar_markov import runspec
 
 import flat
 
@@ -144,8 +145,8 @@ class FakeTraining:
                save_final_state=False, model="calibrate", **_):
     assert penalty.start_step == 0  # the calibration's runs: lambda from step 0
     lambda_gate, train_steps = penalty.lambda_gate, protocol.train_steps
-    out = train.run_dir(results_dir, model, algorithm, seed)
-    path = out / train.RESULT_NAME
+    out = runs.run_dir(results_dir, model, algorithm, seed)
+    path = out / runs.RESULT_NAME
     if path.exists():
       return json.loads(path.read_text())
     if self.fail_at_call is not None and len(self.trained) == self.fail_at_call:
@@ -163,7 +164,7 @@ class FakeTraining:
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     if save_final_state:
-      (out / train.FINAL_STATE_NAME).write_bytes(b"state")
+      (out / runs.FINAL_STATE_NAME).write_bytes(b"state")
     return result
 
 
@@ -178,7 +179,7 @@ def fake(monkeypatch):
   config.parse_gin([], [])
   fake = FakeTraining()
   monkeypatch.setattr(experiment, "run_experiment", fake)
-  monkeypatch.setattr(experiment, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
+  monkeypatch.setattr(runspec, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
   return fake
 
 
@@ -324,7 +325,7 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   assert res["lambda_gate"] == record["lambda"] > 0
   info = res["lambda_calibration"]
   assert info["source"] == "calibration record" and info["reading"] == "schedule"
-  assert info["continued_from"].endswith(train.FINAL_STATE_NAME)
+  assert info["continued_from"].endswith(runs.FINAL_STATE_NAME)
   # result.json names the record and the state relative to its results folder.
   for key in ("record", "continued_from"):
     assert not pathlib.Path(info[key]).is_absolute() and (tmp_path / info[key]).exists()
@@ -362,8 +363,8 @@ def test_gforget_and_gforget_adaptive_continue_from_one_schedule_calibration(tmp
     config.parse_gin([], ["LambdaHeuristic.seeds = [0]", *bindings])
     res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
                    **dict(kwargs, model=label, history="gated",
-                          penalty=experiment.GatePenalty(None)))
-    assert res["lambda_calibration"]["continued_from"].endswith(train.FINAL_STATE_NAME)
+                          penalty=runspec.GatePenalty(None)))
+    assert res["lambda_calibration"]["continued_from"].endswith(runs.FINAL_STATE_NAME)
     assert res["settings"].get("adaptive_every_steps") == (4 if bindings else None)
     assert bool(res.get("lambda_updates")) == bool(bindings)
 
@@ -377,7 +378,7 @@ def test_constant_reading_end_to_end(tmp_path, cache):
   seed = record["seeds"][0]
   assert len(seed["trials"]) == 2 and record["status"] in ("done", "closest")
   for t in seed["trials"]:
-    assert pathlib.Path(t["run_dir"], train.RESULT_NAME).exists()
+    assert pathlib.Path(t["run_dir"], runs.RESULT_NAME).exists()
   config.parse_gin([], bindings)
   res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
                  **dict(kwargs, model="gforget_constant"))

@@ -1,4 +1,4 @@
-"""The dry run's planned cost (nar_markov/cost.py): consistent with its inputs and
+"""The dry run's planned cost (launch/cost.py): consistent with its inputs and
 the measured figures it cites, and importable without jax."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nar_markov import cost
+from launch import cost
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROTOCOL = {"train_steps": 10000, "hidden_size": 128, "batch_size": 32,
@@ -17,7 +17,7 @@ PROTOCOL = {"train_steps": 10000, "hidden_size": 128, "batch_size": 32,
 
 
 def test_cost_imports_neither_jax_nor_clrs():
-  code = ("import sys; from nar_markov import cost; "
+  code = ("import sys; from launch import cost; "
           "print(cost.format_estimate({'bfs': 2}, {'train_steps': 100})); "
           "print(sorted(m for m in ('jax', 'clrs', 'tensorflow') if m in sys.modules))")
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
@@ -111,3 +111,79 @@ def test_calibration_stage_estimate():
       ["bfs"], settings, lambda_heuristic.LambdaHeuristic(reading="constant", seeds=(0,), max_trials=4))
   assert "1 seed(s) x (1 + up to 4 search trials)" in text and f"{5 * one:.2f} h at most" in text
   assert "runs of the median calibration seed continue" in text
+
+
+FIXTURE_GPU = REPO_ROOT / "tests" / "fixtures" / "cost_gpu.json"
+
+
+@pytest.fixture
+def gpu_figures(monkeypatch):
+  """cost.py reading the fixture's GPU figures (which says it is no measurement)."""
+  monkeypatch.setattr(cost, "GPU_MEASURED_FILE", FIXTURE_GPU)
+  cost.measured_gpu.cache_clear()
+  yield json.loads(FIXTURE_GPU.read_text())
+  cost.measured_gpu.cache_clear()
+
+
+def test_a_gpu_sweep_without_gpu_figures_says_so(monkeypatch, tmp_path):
+  monkeypatch.setattr(cost, "GPU_MEASURED_FILE", tmp_path / "none.json")
+  cost.measured_gpu.cache_clear()
+  cpu = cost.format_estimate({"bfs": 2}, PROTOCOL)
+  gpu = cost.format_estimate({"bfs": 2}, dict(PROTOCOL, gpus_per_task=1))
+  assert "no GPU measurement" not in cpu
+  lines = gpu.splitlines()
+  assert lines[0] == cpu.splitlines()[0]
+  assert lines[1].startswith("  (the sweep asks for 1 GPU(s) per job, and there is no GPU "
+                             "measurement yet")
+  assert lines[2:] == cpu.splitlines()[1:]       # the CPU hours, as they were
+  cost.measured_gpu.cache_clear()
+
+
+def test_the_gpu_estimate_follows_the_measured_figures(gpu_figures):
+  settings = dict(PROTOCOL, gpus_per_task=1)
+  one = cost.estimate_runs_gpu("bfs", 1, settings, gpu_figures)
+  three = cost.estimate_runs_gpu("bfs", 3, settings, gpu_figures)
+  # A step follows its hint steps: k = 0.008 s / T(bfs, 16), times T at each size.
+  k = 0.008 / cost.trajectory_length("bfs", 16)
+  step_s = sum(k * cost.trajectory_length("bfs", n) for n in PROTOCOL["train_lengths"]) / 5
+  assert one["train_s"] == pytest.approx(10000 * step_s + 7 * 20.0)     # 7 shapes, cold
+  # Two more runs: their steps, and their shapes from the sweep's cache (warm).
+  assert three["train_s"] - one["train_s"] == pytest.approx(2 * (10000 * step_s + 7 * 2.0))
+  # The measured run's own evaluation comes back as measured.
+  whole = cost.estimate_runs_gpu("binary_search", 1, settings, gpu_figures)
+  assert whole["val_s"] == pytest.approx(100.0)
+  # An algorithm not measured: the median seconds per hint step of those measured.
+  kadane = cost.estimate_runs_gpu("find_maximum_subarray_kadane", 1,
+                                  dict(settings, train_lengths=[16]), gpu_figures)
+  ks = sorted([0.008 / cost.trajectory_length("bfs", 16),
+               0.005 / cost.trajectory_length("binary_search", 16)])
+  t16 = cost.trajectory_length("find_maximum_subarray_kadane", 16)
+  assert kadane["train_s"] == pytest.approx(10000 * sum(ks) / 2 * t16 + 3 * 20.0)
+
+
+def test_a_gpu_sweep_is_estimated_from_the_gpu_figures(gpu_figures):
+  text = cost.format_estimate({"bfs": 3, "dfs": 1}, dict(PROTOCOL, gpus_per_task=1))
+  assert text.startswith("planned cost -- ESTIMATES for GPU jobs, from figures measured on "
+                         "one Fixture GPU (tests/fixtures/cost_gpu.json;")
+  rows = {l.split()[0]: l.split() for l in text.splitlines()[2:5]}
+  bfs = cost.estimate_runs_gpu("bfs", 3, dict(PROTOCOL, gpus_per_task=1), gpu_figures)
+  assert rows["bfs"][1:3] == ["3", "30,000"]
+  assert float(rows["bfs"][7]) == pytest.approx(bfs["total_s"] / 3600, abs=0.006)
+  assert rows["total"][1] == "4"
+  # Without a GPU asked, the same figures are not used.
+  cpu = cost.format_estimate({"bfs": 3}, PROTOCOL)
+  assert cpu.startswith("planned cost -- ESTIMATES, training speed from CPU step times")
+
+
+def test_dry_run_of_the_gpu_overlay_says_there_is_no_gpu_measurement(tmp_path, capsys,
+                                                                       monkeypatch):
+  from launch import sweep  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(cost, "GPU_MEASURED_FILE", tmp_path / "none.json")
+  cost.measured_gpu.cache_clear()
+  rc = sweep.main(["--gin", "gin/forget.gin", "--gin", "gin/slurm_gpu.gin",
+                   "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]",
+                   "--dry-run", "--cluster", "local", "--results", str(tmp_path / "r")])
+  out = capsys.readouterr().out
+  assert rc == 0
+  assert "(the sweep asks for 1 GPU(s) per job, and there is no GPU measurement yet" in out
+  cost.measured_gpu.cache_clear()

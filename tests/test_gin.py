@@ -9,6 +9,7 @@ import pytest
 from nar_markov import config
 from nar_markov import data
 from nar_markov import experiment
+from nar_markov import runspec
 
 GIN_DIR = config.GIN_DIR
 SMOKE = ["Protocol.train_steps = 2", "Protocol.eval_every_steps = 2",
@@ -77,7 +78,7 @@ def test_every_overlay_applies_to_every_experiment_file(experiment_file, overlay
   assert bound, overlay
   config.parse_gin([f"gin/{experiment_file}", f"gin/{overlay}"], [])
   with_overlay = {(c, k): gin.query_parameter(f"{c}.{k}") for c, k in bound}
-  components = experiment.configured()
+  components = runspec.configured()
   for (c, k), value in with_overlay.items():
     if c == "Protocol":
       assert getattr(components["protocol"], k) == value, (experiment_file, overlay, k)
@@ -102,14 +103,14 @@ def test_each_model_file_binds_its_history_and_penalty():
   assert set(expected) == set(EXPERIMENTS)
   for name, (label, history, penalty) in expected.items():
     config.parse_gin([f"gin/{name}"], [])
-    c = experiment.configured()
+    c = runspec.configured()
     assert (c["model"], c["net"].history) == (label, history), name
     if penalty is None:
       assert c["penalty"] is None, name
     else:
-      assert c["penalty"] == experiment.GatePenalty(None) and experiment.needs_calibration(
+      assert c["penalty"] == runspec.GatePenalty(None) and runspec.needs_calibration(
           c["penalty"]), name
-    experiment.check_label(c["model"], c["net"], c["penalty"])
+    runspec.check_label(c["model"], c["net"], c["penalty"])
 
 
 def test_includes_resolve_from_any_working_directory(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ import pytest
 from nar_markov import calibrate
 from nar_markov import config
 from nar_markov import devices
-from nar_markov import experiment
+from nar_markov import runspec
 from nar_markov.netconfig import NetConfig
 
 import flat
@@ -59,7 +59,7 @@ ADDED = {"selection"}
 # step does not.
 DEVICE_ADDED = {"xla_cpu_threads"}
 GOLDEN_XLA_CPU_THREADS = 2
-COMPONENT_FIELDS = {f.name for c in (experiment.Protocol, NetConfig, experiment.GatePenalty)
+COMPONENT_FIELDS = {f.name for c in (runspec.Protocol, NetConfig, runspec.GatePenalty)
                     for f in dataclasses.fields(c)}
 
 

@@ -13,12 +13,12 @@ import numpy as np
 import optax
 import pytest
 
+from launch import cluster
 from launch import jobs as jobs_lib
 from launch import sweep
-from nar_markov import cluster
 from nar_markov import data
 from nar_markov import experiment
-from nar_markov import train
+from nar_markov import model as model_lib
 from nar_markov import learner
 from nar_markov import util
 from nar_markov import runs as runs_lib
@@ -127,7 +127,7 @@ def _assert_close(got, want, rtol, path, atol=1e-7):
 
 
 def _on_disk(root, seed):
-  return json.loads((train.run_dir(root, MODEL, ALG, seed) / train.RESULT_NAME).read_text())
+  return json.loads((runs_lib.run_dir(root, MODEL, ALG, seed) / runs_lib.RESULT_NAME).read_text())
 
 
 def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
@@ -135,11 +135,11 @@ def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
   params = flat.gin_params(**{k: v for k, v in TINY.items() if k != "model"})
   paths = experiment.run_from_gin(
       ["gin/gforget.gin"], params, algorithms=[ALG], seeds=SEEDS, results_dir=str(tmp_path))
-  assert paths == [str(train.run_dir(tmp_path, MODEL, ALG, s) / "result.json") for s in SEEDS]
+  assert paths == [str(runs_lib.run_dir(tmp_path, MODEL, ALG, s) / "result.json") for s in SEEDS]
   for s in SEEDS:
     got = _on_disk(tmp_path, s)
     assert got["status"] == "done" and got["steps"] == 12 and got["seed"] == s
-    assert not (train.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.npz").exists()
+    assert not (runs_lib.run_dir(tmp_path, MODEL, ALG, s) / "checkpoint.npz").exists()
     want = dict(separate[s], gin_config=got["gin_config"])  # gin vs kwargs
     assert_same_result(got, want)
   # The comparison has teeth: the seeds' runs differ from each other.
@@ -156,11 +156,11 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
                                stop_after_steps=6, **TINY)
   assert first == [{"status": "interrupted", "steps": 6}] * 2
   for s in (1, 2):
-    assert runs_lib.read_state(train.run_dir(tmp_path, MODEL, ALG, s)
+    assert runs_lib.read_state(runs_lib.run_dir(tmp_path, MODEL, ALG, s)
                                / "checkpoint.npz")["step"] == 6
   # Seed 0 done already (its separate run's result, with these settings): its
   # result.json is returned as it is.
-  d0 = train.run_dir(tmp_path, MODEL, ALG, 0)
+  d0 = runs_lib.run_dir(tmp_path, MODEL, ALG, 0)
   d0.mkdir(parents=True)
   done = json.loads(json.dumps(util.jsonable(dict(separate[0], marker=1))))
   (d0 / "result.json").write_text(json.dumps(done))
@@ -216,9 +216,9 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
   stacked, max_length = learner.stack_batches([batches[0], data.pad_time(batches[1], T + 3)])
   assert stacked.features.hints[0].data.shape[:2] == (2, T + 3)
   assert max_length == max(int(b.features.lengths.max()) for b in batches)
-  config = train.model_lib.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)
+  config = model_lib.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)
   optimizer = optax.sgd(1.0)
-  net = learner.Learner([spec], [train.model_lib.nb_dims_of(batches[0])], config, optimizer)
+  net = learner.Learner([spec], [model_lib.nb_dims_of(batches[0])], config, optimizer)
   params = [net.init(jax.random.PRNGKey(s), [batches[0].features]) for s in (0, 1)]
   opt = [optimizer.init(p) for p in params]
   keys = [jax.random.fold_in(jax.random.PRNGKey(s + 1), 7) for s in (0, 1)]
@@ -359,7 +359,7 @@ def test_debug_cluster_runs_each_k_seed_job_once(write_result, tmp_path, monkeyp
     calls.append((algorithm, list(seeds)))
     for s in seeds:
       write_result(results_dir, "baseline", algorithm, s, test_score=0.25 * s)
-    return [str(train.run_dir(results_dir, "baseline", algorithm, s) / "result.json")
+    return [str(runs_lib.run_dir(results_dir, "baseline", algorithm, s) / "result.json")
             for s in seeds]
 
   monkeypatch.setattr(experiment, "run_from_gin", fake)

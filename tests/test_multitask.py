@@ -17,10 +17,10 @@ from nar_markov import config as config_lib
 from nar_markov import data
 from nar_markov import devices
 from nar_markov import experiment
+from nar_markov import learner
 from nar_markov import model as model_lib
 from nar_markov import runs as runs_lib
-from nar_markov import train
-from nar_markov import learner
+from nar_markov import runspec
 from nar_markov import util
 
 import flat
@@ -54,7 +54,7 @@ def _load(path):
 
 
 def _job_ckpt(root, model, seed):
-  return runs_lib.multitask_job_dir(root, model, seed) / train.CHECKPOINT_NAME
+  return runs_lib.multitask_job_dir(root, model, seed) / runs_lib.CHECKPOINT_NAME
 
 
 def _adam_count(opt_leaves):
@@ -177,9 +177,9 @@ def test_every_algorithm_learns_and_gets_its_result(runs):
   assert list(results) == list(ALGORITHMS)
   mean_val = None
   for alg, r in results.items():
-    path = train.run_dir(root, "gforget_multitask", alg, 1) / train.RESULT_NAME
+    path = runs_lib.run_dir(root, "gforget_multitask", alg, 1) / runs_lib.RESULT_NAME
     on_disk = json.loads(path.read_text())
-    assert on_disk["schema"] == train.RESULT_SCHEMA
+    assert on_disk["schema"] == runs_lib.RESULT_SCHEMA
     assert (on_disk["model"], on_disk["history"], on_disk["algorithm"]) == (
         "gforget_multitask", "gated", alg)
     assert on_disk["status"] == "done" and on_disk["steps"] == STEPS
@@ -247,7 +247,7 @@ def test_settings_never_leak_between_algorithms():
   """dm-clrs run.py gives every algorithm after a string matcher its 20 nodes."""
   algorithms = ["naive_string_matcher", "articulation_points", "bfs"]
   streams = [data.TrainStream(a, seed=data.stream_seed(0, a, algorithms), batch_size=4,
-                              lengths=experiment.resolve_train_lengths((4, 7, 16), a))
+                              lengths=runspec.resolve_train_lengths((4, 7, 16), a))
              for a in algorithms]
   batches = {s.algorithm: [next(s) for _ in range(3)] for s in streams}
   nodes = {alg: [data.nb_nodes_of(b) for b in bs] for alg, bs in batches.items()}
@@ -283,8 +283,8 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
       batch_size=4, train_lengths=[4], eval_every_steps=2, log_every_steps=1,
       checkpoint_every_steps=1, val_max_samples=4, test_max_samples=4)
   for alg in ("minimum", "bfs"):
-    on_disk = json.loads((train.run_dir(tmp_path, "baseline_multitask", alg, 0)
-                          / train.RESULT_NAME).read_text())
+    on_disk = json.loads((runs_lib.run_dir(tmp_path, "baseline_multitask", alg, 0)
+                          / runs_lib.RESULT_NAME).read_text())
     assert on_disk == json.loads(json.dumps(util.jsonable(results[alg])))
     assert on_disk["status"] == "diverged" and on_disk["diverged_step"] == 1
     # Tested on its best (step 0) parameters, as run.py never drops a seed.

@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from nar_markov import experiment
 from nar_markov import lambda_heuristic
 from nar_markov import runs
+from nar_markov import runspec
 from nar_markov.netconfig import NetConfig
 
 import flat
@@ -25,7 +25,7 @@ def _cache(monkeypatch, data_cache_dir):
 def _gforget(tmp_path, **penalty):
   return flat.run(algorithm="bfs", seed=0, model="gforget_options",
                   results_dir=str(tmp_path), history="gated",
-                  penalty=experiment.GatePenalty(0.5, start_step=8, **penalty), **TINY)
+                  penalty=runspec.GatePenalty(0.5, start_step=8, **penalty), **TINY)
 
 
 def _lambda_per_step(result):
@@ -110,12 +110,12 @@ def _changed(value, field=None):
 # multi-task update rule.
 CHANGE_NO_NUMBER = {"checkpoint_every_steps", "test_every_steps", "multitask_update",
                     "xla_heap_mib"}
-_COMPONENTS = {"Protocol": experiment.Protocol, "NetConfig": NetConfig,
-               "GatePenalty": experiment.GatePenalty}
+_COMPONENTS = {"Protocol": runspec.Protocol, "NetConfig": NetConfig,
+               "GatePenalty": runspec.GatePenalty}
 
 
 def _definition(model, algorithms, protocol, net, penalty):
-  task = experiment._make_tasks(model, algorithms, penalty, None, protocol, net)[0]  # pylint: disable=protected-access
+  task = runspec.make_tasks(model, algorithms, penalty, None, protocol, net)[0]  # pylint: disable=protected-access
   return task.definition
 
 
@@ -126,14 +126,14 @@ def test_a_change_of_every_field_is_seen_by_done_ness(owner, field):
   field of the three components is seen in it, single- and multi-task -- found from the
   components themselves, so a field added to one is covered -- except the fields that
   change no number."""
-  base = {"Protocol": experiment.Protocol(), "NetConfig": NetConfig(history="gated"),
-          "GatePenalty": experiment.GatePenalty(0.1)}
+  base = {"Protocol": runspec.Protocol(), "NetConfig": NetConfig(history="gated"),
+          "GatePenalty": runspec.GatePenalty(0.1)}
   default = getattr(base[owner], field)
   changed = dict(base, **{owner: dataclasses.replace(base[owner],
                                                    **{field: _changed(default, field)})})
   for model, algorithms in (("mynet", ["bfs"]), ("mynet_multitask", ["bfs", "dfs"])):
     if model.endswith("_multitask") and field == "start_step":
-      continue  # multi-task penalties are on from step 0 (experiment._make_tasks)
+      continue  # multi-task penalties are on from step 0 (runspec.make_tasks)
     a, b = (_definition(model, algorithms, c["Protocol"], c["NetConfig"], c["GatePenalty"])
             for c in (base, changed))
     seen = runs.definition_mismatch(a, b)
@@ -147,9 +147,9 @@ def test_a_change_of_every_field_is_seen_by_done_ness(owner, field):
 def test_settings_of_a_default_run_are_what_results_always_recorded():
   """A run with every default has the settings results have recorded from the start,
   so results and checkpoints written before a setting existed stay valid."""
-  s = experiment.run_settings("bfs", experiment.Protocol(), NetConfig(),
-                              penalty=experiment.GatePenalty(0.1))
-  assert sorted(s) == sorted(("algorithm",) + experiment.ALWAYS_RECORDED)
+  s = runspec.run_settings("bfs", runspec.Protocol(), NetConfig(),
+                           penalty=runspec.GatePenalty(0.1))
+  assert sorted(s) == sorted(("algorithm",) + runspec.ALWAYS_RECORDED)
 
 
 def test_a_smoke_result_is_not_done_for_a_full_split(tmp_path):
@@ -185,8 +185,8 @@ def test_records_and_lambda0_runs_are_kept_apart_per_scope(tmp_path):
 
 def test_bad_penalty_options_are_one_clear_error():
   with pytest.raises(ValueError, match="lambda_scale"):
-    experiment.GatePenalty(0.1, lambda_scale=0)
+    runspec.GatePenalty(0.1, lambda_scale=0)
   with pytest.raises(ValueError, match="ramp_steps"):
-    experiment.GatePenalty(0.1, ramp_steps=-1)
+    runspec.GatePenalty(0.1, ramp_steps=-1)
   with pytest.raises(ValueError, match="adaptive_every_steps"):
-    experiment.GatePenalty(0.1, adaptive_every_steps=0)
+    runspec.GatePenalty(0.1, adaptive_every_steps=0)

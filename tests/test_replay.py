@@ -16,6 +16,7 @@ from nar_markov import migrate_results
 from nar_markov import provenance
 from nar_markov import replay
 from nar_markov import runs
+from nar_markov import runspec
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = [p.parent for p in runs.result_files(REPO / "results")]
@@ -117,6 +118,26 @@ def test_committed_config_gin_are_migrated():
   assert flat == []
 
 
+def test_committed_config_gin_import_todays_modules():
+  """No config.gin under results/ imports a module that has moved since it was written
+  (migrate_results.MOVED_MODULES: the launcher's, out of the library)."""
+  old = [p for p in migrate_results.run_folders(REPO / "results")
+         if migrate_results.migrate_imports((p / runs.CONFIG_NAME).read_text())
+         != (p / runs.CONFIG_NAME).read_text()]
+  assert old == []
+
+
+def test_a_moved_module_is_imported_from_its_new_home():
+  text = ("import nar_markov.cluster\nimport nar_markov.experiment as nar_markov2\n\n"
+          "slurm_resources.cpus_per_task = 2\nrun_experiment.model = 'forget'\n")
+  out = migrate_results.migrate_config(text, None)
+  assert out == text.replace("import nar_markov.cluster", "import launch.cluster")
+  assert migrate_results.migrate_config(out, None) == out  # idempotent
+  config.parse_gin([], [])
+  gin.parse_config(out)  # the launcher's configurables resolve from their new home
+  assert config.bound_value("slurm_resources.cpus_per_task") == 2
+
+
 OLD_GIN = """\
 ALGORITHMS = ['bfs']
 run_experiment.batch_size = 8
@@ -133,10 +154,10 @@ def test_flat_bindings_become_todays():
   assert migrate_results.migrate_config(text, None) == text  # idempotent
   config.parse_gin([], [])
   gin.parse_config(text)
-  c = experiment.configured()
+  c = runspec.configured()
   assert c["model"] == "gforget" and c["net"].history == "gated"
   assert (c["net"].hidden_size, c["protocol"].batch_size, c["protocol"].train_steps) == (16, 8, 20)
-  assert c["penalty"] == experiment.GatePenalty(None)
+  assert c["penalty"] == runspec.GatePenalty(None)
   forget = migrate_results.migrate_config(OLD_GIN.replace("'gforget'", "'forget'"), None)
   assert "lambda_gate" not in forget and "@GatePenalty" not in forget
 
@@ -168,15 +189,15 @@ def test_recorded_paths_read_both_ways(tmp_path):
 def test_config_gin_keeps_components_the_caller_gave():
   """A calibration run's components are not its gin's: its config.gin says them too."""
   config.parse_gin(["gin/gforget.gin", "gin/smoke.gin"])
-  c = experiment.configured()
+  c = runspec.configured()
   assert experiment.run_gin(c["model"], c["net"], c["protocol"], c["penalty"]) == gin.config_str()
   protocol = dataclasses.replace(c["protocol"], train_steps=12, schedule_steps=20)
-  penalty = experiment.GatePenalty(0.0, start_step=0)
+  penalty = runspec.GatePenalty(0.0, start_step=0)
   text = experiment.run_gin("calibrate", c["net"], protocol, penalty)
   gin.clear_config()
   gin.parse_config(text)
-  assert experiment.configured() == dict(model="calibrate", net=c["net"], protocol=protocol,
-                                         penalty=penalty)
+  assert runspec.configured() == dict(model="calibrate", net=c["net"], protocol=protocol,
+                                      penalty=penalty)
 
 
 def test_provenance_outside_git_is_none(tmp_path, monkeypatch):

@@ -25,10 +25,10 @@ from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import submit
 from launch import sweep
+from nar_markov import checkpoint
 from nar_markov import config
-from nar_markov import experiment
 from nar_markov import runs
-from nar_markov import train
+from nar_markov import runspec
 
 import flat
 
@@ -97,7 +97,7 @@ def test_status_dry_run_and_sweep_agree_on_what_is_done(case, write_result, tmp_
   before = _result_path(results).read_bytes()
 
   # The sweep's definition of baseline/bfs/seed0 under gin/smoke.gin.
-  expected = dict(experiment.run_definition("baseline", "bfs", flat.settings(
+  expected = dict(runspec.run_definition("baseline", "bfs", flat.settings(
       "bfs", **SMOKE_SETTINGS), 0.0, 0, None, "full"), seed=0)
   assert runs.check_result(_result_path(results).parent, expected).state == verdict
 
@@ -169,7 +169,7 @@ def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
   (aside,) = path.parent.glob("result.json.corrupt-*")
   assert aside.read_text() == '{"schema": "nar_markov.res'
   assert runs.check_result(path.parent, dict(
-      experiment.run_definition("baseline", "bfs", result["settings"], 0.0, 0, None, "full"),
+      runspec.run_definition("baseline", "bfs", result["settings"], 0.0, 0, None, "full"),
       seed=0)).state == "done"
   written = path.read_bytes()
   # Verified done: read back, not retrained.
@@ -346,7 +346,7 @@ def test_state_files_round_trip_and_never_unpickle(tmp_path):
   with pytest.raises(ValueError, match="not a readable state file"):
     runs.read_state(path)
   assert not marker.exists()
-  assert train.load_checkpoint(path) is None and not marker.exists()
+  assert checkpoint.load(path) is None and not marker.exists()
 
 
 def test_status_never_loads_submitits_result_pickle(write_result, tmp_path, capsys):

@@ -18,10 +18,10 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+from launch import cluster
 from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
-from nar_markov import cluster
 from nar_markov import experiment
 from nar_markov import runs as runs_lib
 
@@ -73,17 +73,19 @@ def test_slurm_resources_come_from_gin(tmp_path):
   assert res["slurm_additional_parameters"] == {"requeue": True}
 
 
-def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypatch):
+def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypatch, tmp_path):
   from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
-  calib = cluster.Calibration("bfs", "schedule", ("/abs/a.gin",), ("SEEDS=[0]",), "/abs/results")
+  gin_file, results = str(REPO_ROOT / "gin/gforget.gin"), str(tmp_path / "results")
+  calib = cluster.Calibration("bfs", "schedule", (gin_file,), ("SEEDS=[0]",), results)
   job, kwargs = calib.job_call()
   pickled = pickle.dumps(job)
   # The function travels by its module and name: the job's process calls what that
   # name is there.
   monkeypatch.setattr(calibrate, "calibrate_from_gin", lambda **kw: ("called", kw))
   clone = pickle.loads(pickled)
-  assert clone(kwargs) == ("called", dict(gin_files=["/abs/a.gin"], gin_params=["SEEDS=[0]"],
-                                          algorithm="bfs", results_dir="/abs/results"))
+  # The job reads its gin (GPU check, compilation cache) before it calls the function.
+  assert clone(kwargs) == ("called", dict(gin_files=[gin_file], gin_params=["SEEDS=[0]"],
+                                          algorithm="bfs", results_dir=results))
   delayed = clone.checkpoint(kwargs)
   assert delayed.function is clone
   assert delayed.args == (kwargs,) and delayed.kwargs == {}

@@ -6,10 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from nar_markov import experiment
 from nar_markov import model as model_lib
 from nar_markov import runs
-from nar_markov import train
+from nar_markov import runspec
 
 import flat
 
@@ -34,8 +33,8 @@ def test_tiny_run_improves_validation(tmp_path, model):
   assert result["val_best"] > val["score"][0] + 0.1, val["score"]
   assert 0.0 <= result["test_score"] <= 1.0
   on_disk = json.loads((tmp_path / model / "bfs" / "seed0" / "result.json").read_text())
-  assert on_disk["schema"] == train.RESULT_SCHEMA
-  assert on_disk["history"] == experiment.PAPER_LABELS[model][0]
+  assert on_disk["schema"] == runs.RESULT_SCHEMA
+  assert on_disk["history"] == runspec.PAPER_LABELS[model][0]
   assert (tmp_path / model / "bfs" / "seed0" / "config.gin").exists()
   assert not (tmp_path / model / "bfs" / "seed0" / "checkpoint.npz").exists()
   curves = on_disk["curves"]
@@ -109,15 +108,15 @@ def test_the_checkpoint_cadence_must_be_a_multiple_of_the_log_cadence():
   would cut the train curve's windows (and an adaptive lambda measured on them) where
   a run checkpointed at another cadence does not."""
   with pytest.raises(ValueError, match="multiple of log_every_steps"):
-    experiment.Protocol(log_every_steps=5, checkpoint_every_steps=3)
-  assert experiment.Protocol(log_every_steps=5, checkpoint_every_steps=15)
+    runspec.Protocol(log_every_steps=5, checkpoint_every_steps=3)
+  assert runspec.Protocol(log_every_steps=5, checkpoint_every_steps=15)
 
 
 def test_test_every_steps_must_be_a_multiple_of_eval_every_steps():
   with pytest.raises(ValueError, match="multiple of eval_every_steps"):
-    experiment.Protocol(eval_every_steps=50, test_every_steps=75)
+    runspec.Protocol(eval_every_steps=50, test_every_steps=75)
   with pytest.raises(ValueError, match="multiple of eval_every_steps"):
-    experiment.Protocol(test_every_steps=0)
+    runspec.Protocol(test_every_steps=0)
 
 
 def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
@@ -156,15 +155,15 @@ def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
 
 def test_lambda_resolution():
   settings = {"schedule_steps": 1000}
-  penalty = experiment.GatePenalty
-  lam, start, info = experiment.resolve_lambda(penalty({"bfs": 0.5}), "bfs", settings=settings)
+  penalty = runspec.GatePenalty
+  lam, start, info = runspec.resolve_lambda(penalty({"bfs": 0.5}), "bfs", settings=settings)
   assert (lam, start, info["source"], info["reading"]) == (0.5, 600, "gin table", "schedule")
-  lam, start, info = experiment.resolve_lambda(penalty(0.5), "bfs", settings=settings)
+  lam, start, info = runspec.resolve_lambda(penalty(0.5), "bfs", settings=settings)
   assert (lam, start, info["source"]) == (0.5, 600, "bound by hand")
   # No penalty (baseline, ForgetNet, the penalty ablation): lambda is not used.
-  assert experiment.resolve_lambda(None, "bfs") == (0.0, 0, None)
+  assert runspec.resolve_lambda(None, "bfs") == (0.0, 0, None)
   # A start step (the calibration's runs): the lambda it is given, from there.
-  assert experiment.resolve_lambda(penalty(0.5, start_step=0), "bfs")[:2] == (0.5, 0)
+  assert runspec.resolve_lambda(penalty(0.5, start_step=0), "bfs")[:2] == (0.5, 0)
   with pytest.raises(ValueError, match="give lambda_gate too"):
     penalty(None, start_step=0)
 

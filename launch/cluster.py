@@ -3,15 +3,21 @@
 The launcher (launch/) expands gin files into `Run`s, model x ALGORITHMS x SEEDS (the
 sweep's axes, `AXES`), and submits the runs that are not done as `Job`s: a function
 (`experiment.run_from_gin`, `calibrate.calibrate_from_gin`) called with strings and ints,
-so that a job pickles, prints and re-creates anywhere.  Requeue and preemption: docs/cluster.md.
+so that a job pickles, prints and re-creates anywhere.  A job starts by checking that it
+got the GPUs it asked for and by pointing JAX's compilation cache at the sweep's
+(`compilation_cache_dir`).  Requeue, preemption, GPUs: docs/cluster.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import pathlib
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import shutil
+import subprocess
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 import submitit
@@ -22,6 +28,7 @@ from nar_markov import config as config_lib
 from nar_markov import experiment
 from nar_markov import lambda_heuristic
 from nar_markov import runs as runs_lib
+from nar_markov import runspec
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
 MAX_ARRAY_SIZE = 1000
@@ -39,15 +46,18 @@ class SlurmResources:
   Bound in the Slurm section of gin/base.gin; override per sweep, e.g.
   ``--gin_param "slurm_resources.partition='gpu'"``.
 
-  partition: None = the cluster's default.  gpus_per_task: the paper's runs take 1;
-  0 trains on CPU.  timeout_min: the limit of one attempt (>= MIN_TIMEOUT_MIN); a
+  partition: None = the cluster's default.  gpus_per_task: the paper's runs take 1
+  (gin/slurm_gpu.gin); a job that asked for GPUs and got fewer stops at its start
+  (nar_markov.devices.check_gpus).  0 trains on CPU.  None (the default): Slurm is
+  asked for none; a local job gets the first GPU the machine shows, if any, and runs
+  on whatever JAX finds (docs/cluster.md).  timeout_min: the limit of one attempt (>= MIN_TIMEOUT_MIN); a
   longer run is checkpointed and requeued, at most `max_num_timeout` times.
   array_parallelism: most tasks of an array running at once.  setup: shell lines
   run before the job starts.  additional_parameters: more sbatch flags, e.g.
   {'account': 'x', 'qos': 'y'}.
   """
   partition: Optional[str] = None
-  gpus_per_task: int = 0
+  gpus_per_task: Optional[int] = None
   cpus_per_task: int = 2
   mem_gb: float = 16
   timeout_min: int = 240
@@ -62,6 +72,8 @@ class SlurmResources:
                           ("timeout_min", MIN_TIMEOUT_MIN), ("array_parallelism", 1),
                           ("max_num_timeout", 0)]:
       value = getattr(self, name)
+      if name == "gpus_per_task" and value is None:
+        continue
       if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"slurm_resources.{name} must be an int >= {minimum}, got {value!r}")
     mem = self.mem_gb
@@ -76,7 +88,7 @@ class SlurmResources:
   def describe(self) -> str:
     """One line, as --dry-run and the sweep print it."""
     return (f"partition={self.partition or 'default'} cpus_per_task={self.cpus_per_task} "
-            f"mem_gb={float(self.mem_gb)} gpus_per_task={self.gpus_per_task} "
+            f"mem_gb={float(self.mem_gb)} gpus_per_task={self.gpus_per_task or 0} "
             f"timeout_min={self.timeout_min} array_parallelism={self.array_parallelism}")
 
   def executor_params(self) -> Dict[str, Any]:
@@ -93,9 +105,94 @@ class SlurmResources:
     }
     if self.partition:
       params["slurm_partition"] = self.partition
-    if self.gpus_per_task > 0:
+    if self.gpus_per_task:
       params["slurm_gpus_per_task"] = self.gpus_per_task
     return params
+
+  def local_gpus(self, visible: Sequence[str]) -> List[str]:
+    """The GPUs a `--cluster local` job gets, of the `visible` ones (`visible_gpus`):
+    the first `gpus_per_task`, or with None the first one there is.  ValueError where
+    it asks for more than there are."""
+    if self.gpus_per_task is None:
+      return list(visible[:1])
+    if self.gpus_per_task > len(visible):
+      raise ValueError(
+          f"slurm_resources.gpus_per_task = {self.gpus_per_task} but this machine shows "
+          f"{len(visible)} GPU(s) to local jobs ({_gpu_source()}); bind 0 to train on CPU")
+    return list(visible[:self.gpus_per_task])
+
+
+def visible_gpus(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+  """The GPUs this process can hand to local jobs, as CUDA_VISIBLE_DEVICES names them.
+
+  CUDA_VISIBLE_DEVICES' entries where it is set (empty: none; CUDA ignores what follows
+  an entry of -1), else the indices `nvidia-smi -L` lists, else none.  Imports no jax:
+  the launcher asks before any job starts.
+  """
+  environ = os.environ if environ is None else environ
+  if "CUDA_VISIBLE_DEVICES" in environ:
+    names = []
+    for name in environ["CUDA_VISIBLE_DEVICES"].split(","):
+      if not name.strip() or name.strip() == "-1":
+        break
+      names.append(name.strip())
+    return names
+  nvidia_smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+  if nvidia_smi is None:
+    return []
+  try:
+    listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30,
+                             check=True, env=dict(environ)).stdout
+  except (OSError, subprocess.SubprocessError):  # no driver loaded, or it hung
+    return []
+  return re.findall(r"^GPU (\d+):", listing, re.M)
+
+
+def _gpu_source() -> str:
+  if "CUDA_VISIBLE_DEVICES" in os.environ:
+    return f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
+  return "nvidia-smi -L" if shutil.which("nvidia-smi") else "no nvidia-smi on PATH"
+
+
+# Where a sweep's jobs share JAX's persistent compilation cache, under its results
+# folder (`compilation_cache_dir`); made private to the user like <results>/_logs.
+COMPILATION_CACHE_DIR = "_jax_cache"
+
+
+@gin.configurable("compilation_cache")
+def compilation_cache_dir(results_dir, path: Optional[str] = None) -> str:
+  """The folder of JAX's persistent compilation cache for the jobs of a sweep on
+  `results_dir`, gin: ``compilation_cache.path``.
+
+  `path`: a folder, or 'off' (no persistent cache: every job compiles all it runs).
+  None: $NAR_MARKOV_JAX_CACHE where the job's environment sets it, else
+  `<results_dir>/_jax_cache` -- a folder every job of the sweep reaches, on a cluster
+  too, so that an algorithm's step is compiled once per sweep, not once per run.  JAX
+  keys each entry by the computation, the backend, its devices and the versions, so
+  one folder serves CPU and GPU jobs.
+  """
+  if path is None:
+    path = os.environ.get("NAR_MARKOV_JAX_CACHE")
+  if path is None:
+    return str(pathlib.Path(results_dir) / COMPILATION_CACHE_DIR)
+  if not isinstance(path, str):
+    raise ValueError(f"compilation_cache.path must be a folder, 'off' or None, got {path!r}")
+  return path if path in ("", "off") else str(pathlib.Path(path).expanduser())
+
+
+def private_cache_dir(results_dir, path: str) -> Optional[pathlib.Path]:
+  """The sweep's default cache folder (`<results>/_jax_cache`) made, private to this
+  user (0700), like <results>/_logs: a job loads the executables it holds, so whoever
+  can write there runs code in your jobs.  PermissionError where it belongs to someone
+  else.  A folder chosen with compilation_cache.path or $NAR_MARKOV_JAX_CACHE is left
+  as it is (JAX makes it); None for 'off' and for those."""
+  folder = pathlib.Path(results_dir) / COMPILATION_CACHE_DIR
+  if pathlib.Path(path) != folder:
+    return None
+  folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+  if folder.stat().st_mode & 0o077:
+    os.chmod(folder, 0o700)
+  return folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +202,41 @@ class Job(submitit.helpers.Checkpointable):
   Stateless: the inherited `checkpoint()` resubmits this same call, which resumes
   from the checkpoints on disk.  `function` pickles by its module and name, so the
   job's process imports it there (experiment and calibrate import no jax at first).
+  Before it, from the sweep's gin (`kwargs`' gin files and bindings): a job that
+  asked for GPUs (`slurm_resources.gpus_per_task` >= 1) and got fewer stops with
+  one line naming why, and JAX's compilation cache is the sweep's
+  (`compilation_cache_dir`).
   """
   function: Callable[..., Any]
 
   def __call__(self, kwargs: Dict[str, Any]):
-    return self.function(**kwargs)
+    with _job_environment(kwargs):
+      return self.function(**kwargs)
+
+
+@contextlib.contextmanager
+def _job_environment(kwargs: Mapping[str, Any]) -> Iterator[None]:
+  """The job's GPU check and compilation cache; $NAR_MARKOV_JAX_CACHE restored after
+  (a debug sweep runs its jobs in its own process)."""
+  if "gin_files" not in kwargs:
+    yield
+    return
+  config_lib.parse_gin(kwargs["gin_files"], kwargs.get("gin_params", ()))
+  asked = SlurmResources().gpus_per_task
+  cache = compilation_cache_dir(kwargs["results_dir"])  # pylint: disable=no-value-for-parameter
+  if asked:
+    from nar_markov import devices  # pylint: disable=g-import-not-at-top  (imports jax)
+    devices.check_gpus(asked)
+  private_cache_dir(kwargs["results_dir"], cache)
+  saved = os.environ.get("NAR_MARKOV_JAX_CACHE")
+  os.environ["NAR_MARKOV_JAX_CACHE"] = cache or "off"
+  try:
+    yield
+  finally:
+    if saved is None:
+      os.environ.pop("NAR_MARKOV_JAX_CACHE", None)
+    else:
+      os.environ["NAR_MARKOV_JAX_CACHE"] = saved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,22 +421,22 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
                      f"(run_experiment.model): {e}") from None
   files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
   axes = _axes()
-  components = experiment.configured()
-  model = experiment.check_label(components["model"], components["net"],
-                                 components["penalty"])
+  components = runspec.configured()
+  model = runspec.check_label(components["model"], components["net"],
+                              components["penalty"])
   multitask = axes["multitask"]
-  if multitask != model.endswith(experiment.MULTITASK_SUFFIX):
+  if multitask != model.endswith(runspec.MULTITASK_SUFFIX):
     raise ValueError(
         f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
-        f"sweep (gin/multitask.gin) trains a '*{experiment.MULTITASK_SUFFIX}' label, a "
+        f"sweep (gin/multitask.gin) trains a '*{runspec.MULTITASK_SUFFIX}' label, a "
         "single-task sweep any other")
   algorithms = axes["algorithms"]
   # The components and a lambda bound by hand: refused here rather than in N jobs.  A
   # lambda from calibration records is `calibration_plan`'s.
-  if multitask or not experiment.needs_calibration(components["penalty"]):
+  if multitask or not runspec.needs_calibration(components["penalty"]):
     for a in algorithms:
-      experiment.run_definition_from_gin(a, results_dir,
-                                         algorithms=algorithms if multitask else None)
+      runspec.run_definition_from_gin(a, results_dir,
+                                      algorithms=algorithms if multitask else None)
   SlurmResources()  # validates the Slurm section's values
   common = dict(model=model, gin_files=files, gin_params=tuple(gin_params),
                 results_dir=str(pathlib.Path(results_dir).expanduser().resolve()))
@@ -323,15 +450,15 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
   """Run key -> what its result must have been made with (nar_markov.runs.check_result).
 
-  Single-task runs: `experiment.run_definition_from_gin` (settings, model, lambda;
+  Single-task runs: `runspec.run_definition_from_gin` (settings, model, lambda;
   lambda left out where its calibration record does not exist yet) plus the
   seed; multi-task runs name the algorithms trained together.  Call
   after `expand_runs` (gin parsed).
   """
   if not runs:
     return {}
-  per_alg = {a: experiment.run_definition_from_gin(a, runs[0].results_dir,
-                                              algorithms=runs[0].job_algorithms or None)
+  per_alg = {a: runspec.run_definition_from_gin(a, runs[0].results_dir,
+                                                algorithms=runs[0].job_algorithms or None)
              for a in {r.algorithm for r in runs}}
   return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
 
@@ -372,7 +499,7 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
   """
   if not runs or runs[0].multitask:
     return [], {}, []
-  if not experiment.needs_calibration(experiment.configured()["penalty"]):
+  if not runspec.needs_calibration(runspec.configured()["penalty"]):
     return [], {}, []
   heuristic = lambda_heuristic.LambdaHeuristic()
   todo, have, problems = [], {}, []
@@ -381,7 +508,7 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
     if run.algorithm in seen:
       continue
     seen.add(run.algorithm)
-    settings = experiment.record_settings(experiment.run_settings_from_gin(run.algorithm))
+    settings = runspec.record_settings(runspec.run_settings_from_gin(run.algorithm))
     scope = settings.get("history_scope")
     path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm,
                                         scope)

@@ -1,8 +1,10 @@
 """A sweep's planned cost (runs x steps, hours, validation/test share, memory), without jax.
 
 `launch/sweep.py --dry-run` prints `format_estimate(...)`: ESTIMATES from CPU step times
-measured on this project's 2-core machine (`cost_cpu.json`); the model behind them is in
-docs/cluster.md ("What a sweep costs").
+measured on this project's 2-core machine (`cost_cpu.json`), or, for a sweep that asks for
+GPUs, from the GPU figures of `cost_gpu.json` (benchmarks/gpu_check.py --cost-figures)
+where it exists, else with a word that there is no GPU measurement; the models behind
+them are in docs/cluster.md ("What a sweep costs").
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import functools
 import json
 import pathlib
 import statistics
-from typing import Any, Dict, Iterable, Mapping, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
+from nar_markov import clrs30
 
 _HERE = pathlib.Path(__file__).resolve().parent
 MEASURED_FILE = _HERE / "cost_cpu.json"
-TRAJECTORY_FILE = _HERE / "clrs30_trajectory_lengths.json"
+GPU_MEASURED_FILE = _HERE / "cost_gpu.json"   # absent until a GPU check is committed
+TRAJECTORY_FILE = clrs30.TRAJECTORY_LENGTHS_FILE
 
 TRAIN_LENGTHS = (4, 7, 11, 13, 16)
 STRING_MATCHER_LENGTH = 20   # train and validation size of the string matchers
@@ -36,6 +40,14 @@ MEMORY_CLASSES = ((4.0, "small (< 4 GB)"), (16.0, "medium (4-16 GB)"),
 @functools.lru_cache(maxsize=None)
 def measured() -> Dict[str, Any]:
   return json.loads(MEASURED_FILE.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def measured_gpu() -> Optional[Dict[str, Any]]:
+  """The GPU figures (benchmarks/gpu_check.py --cost-figures), None where none exist."""
+  if not GPU_MEASURED_FILE.exists():
+    return None
+  return json.loads(GPU_MEASURED_FILE.read_text())
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,6 +145,59 @@ def estimate_run(algorithm: str, settings: Mapping[str, Any]) -> Dict[str, float
           "total_s": train_s + val_s + test_s, "peak_gb": max(train_gb + 1.0, eval_gb)}
 
 
+def _gpu_k(algorithm: str, gpu: Mapping[str, Any]) -> float:
+  """Seconds per hint step of ours' train step on the GPU: measured at 16 nodes for the
+  algorithm, else the median of those measured."""
+  per_step = {a: float(s) / trajectory_length(a, 16)
+              for a, s in gpu["train_step_s_at_16_nodes"].items()}
+  return per_step.get(algorithm, statistics.median(per_step.values()))
+
+
+def _eval_hint_steps(algorithm: str, settings: Mapping[str, Any]) -> float:
+  """Hint steps of the evaluation batches of one run (validation every eval_every_steps
+  at the largest train size in batches of 32, one test pass at 64 nodes)."""
+  steps = int(settings["train_steps"])
+  lengths = ([STRING_MATCHER_LENGTH] if is_string_matcher(algorithm)
+             else list(settings.get("train_lengths") or TRAIN_LENGTHS))
+  n_samples = _clrs30_test_samples(algorithm)
+  val = min(2 * n_samples, settings.get("val_max_samples") or 2 * n_samples)
+  test = min(n_samples, settings.get("test_max_samples") or n_samples)
+  eval_every = int(settings.get("eval_every_steps") or steps)
+  n_evals = steps // eval_every + 1 + (1 if steps % eval_every else 0)
+  val_nodes = STRING_MATCHER_LENGTH if is_string_matcher(algorithm) else max(lengths)
+  return (n_evals * -(-val // 32) * trajectory_length(algorithm, val_nodes)
+          + -(-test // 32) * trajectory_length(algorithm, TEST_NODES))
+
+
+def estimate_runs_gpu(algorithm: str, runs: int, settings: Mapping[str, Any],
+                      gpu: Mapping[str, Any]) -> Dict[str, float]:
+  """Seconds of `runs` runs of one algorithm on the GPU of `gpu` (cost_gpu.json).
+
+  On a GPU, a step's time follows its hint steps (the scan runs them one after
+  another), not n^2: a train step at n nodes costs k * T(n), k measured at 16 nodes
+  (`_gpu_k`), whatever the batch and hidden size (they were the protocol's).  Each of
+  the run's shapes (a train step per train size, validation, test) compiles once per
+  sweep: the first run cold, the others from the sweep's cache (warm).  Evaluation:
+  the measured whole run's evaluation seconds per hint step of its evaluation
+  batches, times this run's.
+  """
+  steps = int(settings["train_steps"])
+  lengths = ([STRING_MATCHER_LENGTH] if is_string_matcher(algorithm)
+             else list(settings.get("train_lengths") or TRAIN_LENGTHS))
+  k = _gpu_k(algorithm, gpu)
+  step_s = statistics.mean(k * trajectory_length(algorithm, n) for n in lengths)
+  compile_s = gpu["compile_s_per_shape"]
+  shapes = len(lengths) + 2
+  train_s = runs * (steps / float(settings["steps_per_s"]) if settings.get("steps_per_s")
+                    else steps * step_s)
+  train_s += shapes * (compile_s["cold"] + (runs - 1) * compile_s["warm"])
+  whole = gpu["whole_run"]
+  per_hint_step = whole["eval_time_s"] / _eval_hint_steps(whole["algorithm"],
+                                                            whole["settings"])
+  eval_s = runs * per_hint_step * _eval_hint_steps(algorithm, settings)
+  return {"train_s": train_s, "val_s": eval_s, "test_s": 0.0, "total_s": train_s + eval_s}
+
+
 def memory_class(gb: float) -> str:
   return next(label for limit, label in MEMORY_CLASSES if gb < limit)
 
@@ -144,16 +209,17 @@ def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
 
 def settings_from_gin() -> Dict[str, Any]:
   """The settings `estimate_run` and the calibration estimate read, from the
-  components of the gin config parsed last (nar_markov.experiment.configured)."""
-  from nar_markov import cluster  # pylint: disable=g-import-not-at-top  (no jax)
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top  (no jax)
-  c = experiment.configured()
+  components of the gin config parsed last (nar_markov.runspec.configured)."""
+  from launch import cluster  # pylint: disable=g-import-not-at-top  (no jax)
+  from nar_markov import runspec  # pylint: disable=g-import-not-at-top  (no jax)
+  c = runspec.configured()
   protocol, net = c["protocol"], c["net"]
   out = {n: getattr(protocol, n) for n in (
       "train_steps", "batch_size", "train_lengths", "eval_every_steps",
       "val_max_samples", "test_max_samples", "schedule_steps", "test_every_steps")}
   out["hidden_size"] = net.hidden_size
   out["seeds_per_job"] = cluster.sweep_axes()["seeds_per_job"]
+  out["gpus_per_task"] = cluster.SlurmResources().gpus_per_task
   if isinstance(out["train_lengths"], Mapping):   # per algorithm
     out["train_lengths"] = None
   return out
@@ -166,35 +232,30 @@ def _h(seconds: float) -> str:
 
 def format_estimate(runs_by_algorithm: Mapping[str, int],
                     settings: Mapping[str, Any]) -> str:
-  """The dry run's cost table: per algorithm and in total."""
+  """The dry run's cost table: per algorithm and in total.  A sweep that asks for GPUs
+  (settings' gpus_per_task >= 1) is estimated from the GPU figures where they exist
+  (`estimate_runs_gpu`), else from the CPU's, with a word that no GPU was measured."""
   runs_by_algorithm = {a: n for a, n in runs_by_algorithm.items() if n}
   if not runs_by_algorithm:
     return "planned cost: nothing to run"
-  steps = int(settings["train_steps"])
+  gpus = int(settings.get("gpus_per_task") or 0)
+  gpu = measured_gpu() if gpus > 0 else None
+  if gpu is not None:
+    return _format_table(runs_by_algorithm, settings, gpu, [
+        f"planned cost -- ESTIMATES for GPU jobs, from figures measured on one "
+        f"{gpu['device_kind']} ({gpu['source']}; launch/cost_gpu.json); a shape "
+        "compiles once per sweep (the first run cold, the others from the sweep's cache):"])
   speed = (f"training at {float(settings['steps_per_s']):g} steps/s (given)"
            if settings.get("steps_per_s") else
            "training speed from CPU step times measured on this project's 2-core "
            "x86_64 machine (no GPU)")
-  lines = [f"planned cost -- ESTIMATES, {speed}; nar_markov/cost_cpu.json says "
-           "where each figure comes from:",
-           f"  {'algorithm':<30}{'runs':>6}{'steps':>12}{'h/run':>8}{'train h':>9}"
-           f"{'val h':>8}{'test h':>8}{'total h':>9}{'val+test':>9}  memory"]
-  total = collections.Counter()
-  for alg, n in runs_by_algorithm.items():
-    e = estimate_run(alg, settings)
-    share = (e["val_s"] + e["test_s"]) / e["total_s"]
-    lines.append(
-        f"  {alg:<30}{n:>6}{n * steps:>12,}{_h(e['total_s']):>8}{_h(n * e['train_s']):>9}"
-        f"{_h(n * e['val_s']):>8}{_h(n * e['test_s']):>8}{_h(n * e['total_s']):>9}"
-        f"{share:>9.0%}  {memory_class(e['peak_gb'])}")
-    for key in ("train_s", "val_s", "test_s", "total_s"):
-      total[key] += n * e[key]
-    total["runs"] += n
-  share = (total["val_s"] + total["test_s"]) / total["total_s"]
-  lines.append(
-      f"  {'total':<30}{total['runs']:>6}{total['runs'] * steps:>12,}{'':>8}"
-      f"{_h(total['train_s']):>9}{_h(total['val_s']):>8}{_h(total['test_s']):>8}"
-      f"{_h(total['total_s']):>9}{share:>9.0%}")
+  head = [f"planned cost -- ESTIMATES, {speed}; launch/cost_cpu.json says "
+          "where each figure comes from:"]
+  if gpus > 0:
+    head.append(f"  (the sweep asks for {gpus} GPU(s) per job, and there is no GPU "
+                "measurement yet (launch/cost_gpu.json, benchmarks/gpu_check.py): "
+                "these are CPU hours, a GPU's are unknown)")
+  lines = [_format_table(runs_by_algorithm, settings, None, head)]
   k = int(settings.get("seeds_per_job") or 1)
   if k > 1:
     lines.append(f"  SEEDS_PER_JOB={k}: a job of K seeds takes about K x h/run on a CPU.")
@@ -204,6 +265,37 @@ def format_estimate(runs_by_algorithm: Mapping[str, int],
                "Validation on 2 x 32 x multiplier samples (run.py) every eval_every_steps, test once "
                f"at 64 nodes. Real 500-step runs on the same machine, busy and with older "
                f"code, trained at {min(observed):g}-{max(observed):g} steps/s.)")
+  return "\n".join(lines)
+
+
+def _format_table(runs_by_algorithm: Mapping[str, int], settings: Mapping[str, Any],
+                  gpu: Optional[Mapping[str, Any]], head: Sequence[str]) -> str:
+  """`head`, then a row per algorithm and the total (CPU model, or GPU with `gpu`)."""
+  steps = int(settings["train_steps"])
+  lines = list(head) + [
+      f"  {'algorithm':<30}{'runs':>6}{'steps':>12}{'h/run':>8}{'train h':>9}"
+      f"{'val h':>8}{'test h':>8}{'total h':>9}{'val+test':>9}  memory"]
+  total = collections.Counter()
+  for alg, n in runs_by_algorithm.items():
+    e = estimate_run(alg, settings)
+    rows = ({key: n * e[key] for key in ("train_s", "val_s", "test_s", "total_s")}
+            if gpu is None else estimate_runs_gpu(alg, n, settings, gpu))
+    share = (rows["val_s"] + rows["test_s"]) / rows["total_s"]
+    lines.append(
+        f"  {alg:<30}{n:>6}{n * steps:>12,}{_h(rows['total_s'] / n):>8}{_h(rows['train_s']):>9}"
+        f"{_h(rows['val_s']):>8}{_h(rows['test_s']):>8}{_h(rows['total_s']):>9}"
+        f"{share:>9.0%}  {memory_class(e['peak_gb'])}")
+    for key in ("train_s", "val_s", "test_s", "total_s"):
+      total[key] += rows[key]
+    total["runs"] += n
+  share = (total["val_s"] + total["test_s"]) / total["total_s"]
+  lines.append(
+      f"  {'total':<30}{total['runs']:>6}{total['runs'] * steps:>12,}{'':>8}"
+      f"{_h(total['train_s']):>9}{_h(total['val_s']):>8}{_h(total['test_s']):>8}"
+      f"{_h(total['total_s']):>9}{share:>9.0%}")
+  if gpu is not None:
+    lines.append("  (validation and test together under 'val h'; a step's time from its "
+                 "hint steps (measured at 16 nodes); docs/cluster.md has the model)")
   return "\n".join(lines)
 
 

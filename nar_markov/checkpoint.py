@@ -1,0 +1,204 @@
+"""A seed's training state, typed, and its checkpoint: saving, resuming, older checkpoints, continuing a calibration.
+
+`SeedState` is everything of one seed's training except its parameters, optimizer state
+and data streams, which travel beside it.  On disk it is the dict `runs.write_state`
+stores (no pickle; the keys every checkpoint of the one loop has had), so a checkpoint
+written by an earlier version resumes here and one written here resumes there.  A
+G-ForgetNet run whose λ comes from a calibration record starts from that calibration's
+saved state (`resume`; lambda_heuristic.continuation says which).  Imports no jax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from nar_markov import lambda_heuristic
+from nar_markov import runs
+from nar_markov import runspec
+from nar_markov import util
+from nar_markov.lambda_schedule import LambdaSchedule
+from nar_markov.selection import Selection
+
+# The one loop's checkpoints: a list per algorithm (curves, streams, definitions).
+FORMAT = 2
+
+
+def empty_curves() -> Dict[str, Dict[str, list]]:
+  """One algorithm's curves before its first step (result.json's "curves")."""
+  return {
+      "train": {"step": [], "loss": [], "output_loss": [], "hint_loss": [],
+                "gate_penalty": [], "gate_term": []},
+      "val": {"step": [], "score": [], "hidden_norm": []},
+      "hint_step_loss": {"step": [], "loss": []},
+  }
+
+
+@dataclasses.dataclass
+class SeedState:
+  """One seed's training state but its arrays: where it is, what it logged, what it keeps."""
+  algorithms: List[str]
+  definitions: List[Dict[str, Any]]   # what this seed's checkpoints are of (one per algorithm)
+  curves: List[Dict[str, Any]]        # one per algorithm
+  selection: Selection
+  lambdas: LambdaSchedule
+  step: int = 0
+  train_time_s: float = 0.0           # accumulated over resumes
+  eval_time_s: float = 0.0
+  diverged_step: Optional[int] = None
+  continued_from: Optional[str] = None  # the calibration state this run started from
+
+  @classmethod
+  def new(cls, algorithms: Sequence[str], definitions: List[Dict[str, Any]]) -> "SeedState":
+    return cls(algorithms=list(algorithms), definitions=definitions,
+               curves=[empty_curves() for _ in algorithms], selection=Selection(),
+               lambdas=LambdaSchedule.start(len(algorithms)))
+
+  def to_state(self, params, opt_leaves: Sequence[Any], streams: Sequence[Any]) -> Dict[str, Any]:
+    """The dict a checkpoint stores, with the parameters, the optimizer state's leaves
+    and the streams' states."""
+    out = {"format": FORMAT, "algorithms": self.algorithms, "step": self.step,
+           **self.selection.state(), "curves": self.curves, "train_time_s": self.train_time_s,
+           "eval_time_s": self.eval_time_s, "diverged_step": self.diverged_step,
+           "definitions": self.definitions, "lambda_now": self.lambdas.now,
+           "lambda_updates": self.lambdas.updates, "params": params,
+           "opt_state": list(opt_leaves), "streams": list(streams)}
+    if self.continued_from is not None:
+      out["continued_from"] = self.continued_from
+    return out
+
+  @classmethod
+  def from_state(cls, state: Mapping[str, Any]) -> "SeedState":
+    """A checkpoint's dict as a SeedState.  Older ones: without lambda_now and
+    lambda_updates (written before λ adapted: none adapted), without the last-at-best
+    selection (Selection.from_state)."""
+    n = len(state["algorithms"])
+    lambdas = LambdaSchedule(now=list(state.get("lambda_now") or [None] * n),
+                             updates=list(state.get("lambda_updates") or [[] for _ in range(n)]))
+    return cls(algorithms=list(state["algorithms"]), definitions=state.get("definitions"),
+               curves=state["curves"], selection=Selection.from_state(state), lambdas=lambdas,
+               step=state["step"], train_time_s=state["train_time_s"],
+               eval_time_s=state["eval_time_s"], diverged_step=state["diverged_step"],
+               continued_from=state.get("continued_from"))
+
+
+@dataclasses.dataclass
+class Saved:
+  """A checkpoint read back: the state, and what travels beside it."""
+  state: SeedState
+  params: Any
+  opt_leaves: List[Any]   # the optimizer state's leaves (Learner.restore_opt_state)
+  streams: List[Any]      # each train stream's state_dict
+
+
+def save(path: pathlib.Path, state: SeedState, params, opt_leaves, streams) -> None:
+  """Write a checkpoint (or a calibration's final state) atomically (runs.write_state)."""
+  runs.write_state(path, state.to_state(params, opt_leaves, streams))
+
+
+def load(path: pathlib.Path) -> Optional[Dict[str, Any]]:
+  """The state dict saved at `path` (runs.read_state: no code is executed on load); None
+  where there is none, or it was cut short by a kill (then it is moved aside, kept, and
+  the run starts over)."""
+  if not path.exists():
+    return None
+  try:
+    return runs.read_state(path)
+  except ValueError as e:  # a checkpoint cut short by a kill: start over, loudly
+    util.log(f"WARNING: unreadable checkpoint {path} ({e}); moved aside to "
+             f"{runs.move_aside(path)}; starting from step 0")
+    return None
+
+
+def check_resume(state: Mapping[str, Any], path: pathlib.Path,
+                 expected: Sequence[Mapping[str, Any]]) -> None:
+  """A checkpoint continues only the job it was written for; a mismatch is an error
+  that names the settings, and the checkpoint is kept."""
+  if state.get("format") != FORMAT:
+    raise ValueError(f"checkpoint {path} has format {state.get('format')!r}, this code reads "
+                     f"{FORMAT}; the checkpoint is kept: use another results_dir or move it aside")
+  recorded = state.get("definitions")
+  if state.get("algorithms") != [d["algorithm"] for d in expected]:
+    raise ValueError(
+        f"checkpoint {path} is for algorithms {state.get('algorithms')}, this run is "
+        f"on {[d['algorithm'] for d in expected]}; remove it or use another results_dir")
+  if recorded is None:  # written before checkpoints recorded their settings
+    util.log(f"WARNING: {path} records no settings (an older checkpoint); resuming "
+             "without checking them")
+    if state["step"] > expected[0]["settings"]["train_steps"]:
+      raise ValueError(f"checkpoint {path} is at step {state['step']}, this run has "
+                       f"train_steps={expected[0]['settings']['train_steps']}; the "
+                       "checkpoint is kept: use another results_dir or move it aside")
+    return
+  # Checkpoints written before the history policy was part of the definition: their
+  # label pinned it (runspec.check_label).
+  recorded = [dict(r, history=r.get("history", e["history"])) for r, e in zip(recorded, expected)]
+  diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
+  if diffs:
+    raise ValueError(
+        f"checkpoint {path} was written with "
+        + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
+        + ", ".join(f"{k}={b!r}" for k, _, b in diffs)
+        + ". The checkpoint is kept (not resumed, not overwritten): use another "
+        "results_dir, or move it aside to train this run from step 0")
+
+
+def calibration_prefix(tasks: Sequence[runspec.Task], seed: int,
+                       results_dir) -> Optional[lambda_heuristic.Continuation]:
+  """The calibration run's saved state this seed's training continues from, if any
+  (single-task G-ForgetNet with its λ from a calibration record; which state:
+  lambda_heuristic.continuation)."""
+  if len(tasks) != 1:
+    return None
+  task = tasks[0]
+  info = task.lambda_info
+  if (not info or info.get("source") != "calibration record"
+      or not info.get("reuse_calibration_prefix")):
+    return None
+  return lambda_heuristic.continuation(
+      info, seed, lam=task.lam, penalty_start=task.penalty_start,
+      lambda_constant=task.penalty is None or task.penalty.acts_from_start_only,
+      results_dir=results_dir)
+
+
+def _from_prefix(prefix: lambda_heuristic.Continuation, task: runspec.Task,
+                 expected: Mapping[str, Any], name: str) -> Dict[str, Any]:
+  """The calibration run's state at `prefix`, checked to be this run's first steps."""
+  state = load(prefix.state)
+  if state is None or state["step"] != prefix.step:
+    raise ValueError(f"{prefix.state} does not hold the state at step {prefix.step}")
+  # A calibration run of this seed, model `calibrate` (nar_markov/calibrate.py):
+  # this run's settings and data trained to the calibration step with prefix.lam.
+  # At lambda = 0 (schedule reading) the calibration run's penalty settings did nothing.
+  recorded = state.get("definitions")
+  if recorded and prefix.lam == 0:
+    state = dict(state, definitions=[task.as_calibrated(d) for d in recorded])
+  check_resume(state, prefix.state, [dict(
+      expected, model="calibrate", lambda_gate=prefix.lam,
+      lambda_reading=None, penalty_start_step=0,
+      settings=dict(task.calibration_settings, train_steps=prefix.step))])
+  util.log(f"{name}: continuing the calibration run's training (lambda = "
+           f"{prefix.lam:.6g} from step 0) at step {prefix.step} ({prefix.state}): the "
+           "same seed, data, schedule and penalty up to there, so the same training")
+  return dict(state, continued_from=str(prefix.state))
+
+
+def resume(path: pathlib.Path, tasks: Sequence[runspec.Task], seed: int,
+           definitions: List[Dict[str, Any]], results_dir, name: str) -> Optional[Saved]:
+  """Where seed `seed` of a job on `tasks` (its `definitions`) starts: its own checkpoint
+  at `path`, else the calibration prefix it continues, else None (from scratch).
+  The state then records `definitions`."""
+  state = load(path)
+  if state is not None:
+    check_resume(state, path, definitions)
+    util.log(f"resuming {name} from step {state['step']}")
+  else:
+    prefix = calibration_prefix(tasks, seed, results_dir)
+    if prefix is None:
+      return None
+    state = _from_prefix(prefix, tasks[0], definitions[0], name)
+  typed = SeedState.from_state(state)
+  typed.definitions = definitions
+  return Saved(state=typed, params=state["params"], opt_leaves=state["opt_state"],
+               streams=state["streams"])
