@@ -9,6 +9,7 @@ import pathlib
 import gin
 import pytest
 
+from nar_markov import calibrate
 from nar_markov import config
 from nar_markov import experiment
 from nar_markov import lambda_heuristic
@@ -247,3 +248,50 @@ def test_a_replayed_run_scores_the_same(tmp_path, monkeypatch, data_cache_dir, c
   for r in (first, second):
     assert "commit" in r and "dirty" in r
     assert r["commit"] == provenance.code_version()["commit"]
+
+
+# G-ForgetNet as gin/gforget.gin trains it, tiny: λ from the record of a 6-step λ = 0 run
+# (schedule reading: the penalty from step 6 of 10, the run continuing from that state).
+TINY_GATED = ["NetConfig.hidden_size = 8", "Protocol.train_steps = 10",
+              "Protocol.eval_every_steps = 2", "Protocol.log_every_steps = 2",
+              "Protocol.checkpoint_every_steps = 2"]
+GFORGET = ["gin/gforget.gin", "gin/smoke.gin"]
+
+
+def test_a_gforget_run_that_reads_a_calibration_record_replays(tmp_path, monkeypatch,
+                                                                data_cache_dir, capsys):
+  """The replay copies the λ calibration record the run read to the same place under the
+  new results folder, trains with that record's λ (read here from the record file itself)
+  and scores the same; another record already at that place is refused, nothing trained."""
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+  config.parse_gin(GFORGET, TINY_GATED)
+  c = runspec.configured()
+  calibrate.calibrate_algorithm("bfs", tmp_path / "a", net=c["net"], protocol=c["protocol"])
+  gin.clear_config()
+  (path,) = experiment.run_from_gin(GFORGET, TINY_GATED, algorithms=["bfs"], seeds=[0],
+                                    results_dir=str(tmp_path / "a"))
+  first = json.loads(pathlib.Path(path).read_text())
+  info = first["lambda_calibration"]
+  record_file = tmp_path / "a" / info["record"]
+  record = json.loads(record_file.read_text())
+  assert info["source"] == "calibration record" and info["reading"] == "schedule"
+  assert first["lambda_gate"] == record["lambda"] > 0.0
+  assert first["penalty_start_step"] == record["calibration_step"] == 6
+  gin.clear_config()
+
+  folder = pathlib.Path(path).parent
+  assert replay.main([str(folder), "--results", str(tmp_path / "b")]) == 0
+  assert f"lambda    {record['lambda']} from {record_file}" in capsys.readouterr().out
+  assert (tmp_path / "b" / info["record"]).read_bytes() == record_file.read_bytes()
+  second = json.loads((tmp_path / "b" / "gforget" / "bfs" / "seed0" / runs.RESULT_NAME)
+                      .read_text())
+  assert second["lambda_gate"] == record["lambda"]
+  assert second["lambda_calibration"]["record"] == info["record"]
+  assert second["test_score"] == first["test_score"] and second["steps"] == 10
+
+  other = tmp_path / "c" / info["record"]
+  other.parent.mkdir(parents=True)
+  other.write_text(json.dumps(dict(record, **{"lambda": 2.0 * record["lambda"]})))
+  assert replay.main([str(folder), "--results", str(tmp_path / "c")]) == 2
+  assert "is another calibration record" in capsys.readouterr().err
+  assert not (tmp_path / "c" / "gforget").exists()
