@@ -87,8 +87,71 @@ def test_paper_columns_come_from_the_paper_table():
   assert abs(row.delta_sigma - (90.0 - 85.96) / 1.59) < 1e-9
   md = verdict.to_markdown(verdict.verdict_frame(
       [_run("forget", 0, 0.5), _run("gforget", 0, 0.9, markov=_markov(-0.005, 0.004, 0.05))]))
-  assert ("| 74.41 → 85.96 (+11.55) | not called (1 paired seed) | +2.5 | 0.050 "
-          "| -0.50, 0.4 %, 0.050 (0) | yes |") in md
+  assert ("| 74.41 → 85.96 (+11.55) | — | 62.79 → 74.41 (+11.62) | not called (1 paired seed) "
+          "| no baseline runs | — | +2.5, -11.6, — | 0.050 | -0.50, 0.4 %, 0.050 (0) | yes |") in md
+
+
+# --- the paper's first claim: ForgetNet above the baseline ---------------------------------
+
+
+def _three(forget, base, gated=(0.9, 0.9, 0.9), algorithm="binary_search"):
+  """A row of ForgetNet, G-ForgetNet and the baseline, seeds 0.. of each list."""
+  return _row([_run(m, s, x, algorithm=algorithm)
+               for m, xs in (("forget", forget), ("gforget", gated), ("baseline", base))
+               for s, x in enumerate(xs)])
+
+
+@pytest.mark.parametrize("algorithm,forget,base,beats,as_in_paper", [
+    # binary_search: the paper's F - B is +11.62. F - B per seed +5, +5, -4 (mean +2): F
+    # wins; -5, -5, +4 (mean -2): the baseline wins; +1, +1, -30: F above on 2 seeds with its
+    # mean below, the baseline above on 1: neither.
+    ("binary_search", [0.70, 0.60, 0.80], [0.65, 0.55, 0.84], "yes", "yes"),
+    ("binary_search", [0.70, 0.60, 0.80], [0.75, 0.65, 0.76], "no: the baseline beats it",
+     "no"),
+    ("binary_search", [0.71, 0.61, 0.50], [0.70, 0.60, 0.80], "no: neither", "no"),
+    # kadane: the paper's +0.90 is within both σ (1.42, 1.70): neither is as in the paper,
+    # and so is ForgetNet above.
+    ("find_maximum_subarray_kadane", [0.71, 0.61, 0.50], [0.70, 0.60, 0.80], "no: neither",
+     "yes"),
+    ("find_maximum_subarray_kadane", [0.70, 0.60, 0.80], [0.65, 0.55, 0.84], "yes", "yes"),
+    ("find_maximum_subarray_kadane", [0.70, 0.60, 0.80], [0.75, 0.65, 0.76],
+     "no: the baseline beats it", "no"),
+    # naive_string_matcher: the paper's F - B is -18.10, outside its σ.
+    ("naive_string_matcher", [0.70, 0.60, 0.80], [0.75, 0.65, 0.76],
+     "no: the baseline beats it", "yes"),
+    ("naive_string_matcher", [0.71, 0.61, 0.50], [0.70, 0.60, 0.80], "no: neither", "no"),
+])
+def test_forget_beats_the_baseline_by_the_rule_written_before(algorithm, forget, base, beats,
+                                                               as_in_paper):
+  row = _three(forget, base, algorithm=algorithm)
+  assert row.forget_beats_baseline == beats and row.fb_as_in_paper == as_in_paper
+  assert row.fb_paired_seeds == 3
+
+
+def test_forget_and_baseline_paired_figures_and_sigma_by_hand():
+  row = _three([0.70, 0.60, 0.80], [0.65, 0.55, 0.90])
+  # F - B per seed: +5, +5, -10 points -> mean 0.0: not above, so not a win though 2 of 3.
+  assert row.fb_paired_diff == pytest.approx(0.0) and row.fb_seeds_above == 2
+  assert row.forget_beats_baseline == "no: neither"
+  row = _three([0.70, 0.60, 0.80], [0.65, 0.55, 0.84])
+  # +5, +5, -4 -> +2: ForgetNet beats the baseline.
+  assert row.fb_paired_diff == pytest.approx(2.0) and row.forget_beats_baseline == "yes"
+  # The baseline's mean 68.0 = (65 + 55 + 84) / 3 against the paper's 62.79 ± 4.31;
+  # ForgetNet's 70.0 against 74.41 ± 2.11.
+  assert row.baseline_mean == pytest.approx(68.0)
+  assert row.baseline_delta_sigma == pytest.approx((68.0 - 62.79) / 4.31)
+  assert row.forget_delta_sigma == pytest.approx((70.0 - 74.41) / 2.11)
+  assert row.paper_baseline == 62.79 and row.paper_fb_diff == pytest.approx(74.41 - 62.79)
+
+
+def test_forget_and_baseline_with_fewer_than_three_seeds_is_reported_not_called():
+  row = _three([0.70, 0.60, 0.80], [0.50, 0.40])
+  assert row.forget_beats_baseline == "not called (2 paired seeds)"
+  assert row.fb_as_in_paper == "—"
+  assert row.fb_paired_diff == pytest.approx(20.0) and row.fb_seeds_above == 2
+  assert row.baseline_seeds == "0,1"
+  row = _three([0.70, 0.60, 0.80], [])
+  assert row.forget_beats_baseline == "no baseline runs" and row.fb_as_in_paper == "—"
 
 
 # --- the command line: what it reads from a results tree ---------------------------------
@@ -113,8 +176,9 @@ def _main(tmp_path, capsys, *roots):
 
 
 def _tree(root, gates=(0.05, 0.05, 0.05)):
-  for s, (f, g) in enumerate([(0.60, 0.80), (0.70, 0.75), (0.65, 0.90)]):
+  for s, (f, g, b) in enumerate([(0.60, 0.80, 0.55), (0.70, 0.75, 0.60), (0.65, 0.90, 0.70)]):
     _write(root, f"forget/binary_search/seed{s}", _run("forget", s, f))
+    _write(root, f"baseline/binary_search/seed{s}", _run("baseline", s, b))
     _write(root, f"gforget/binary_search/seed{s}", _run("gforget", s, g),
            markov=_markov(gate=gates[s]))
 
@@ -127,9 +191,16 @@ def test_cli_drops_calibration_runs(tmp_path, capsys):
          _run("gforget", 3, 0.10))
   _write(tmp_path / "r", "_calibration/runs/lambda0/calibrate/binary_search/seed0",
          _run("calibrate", 0, 0.10))
+  _write(tmp_path / "r", "_calibration/runs/lambda0/baseline/binary_search/seed0",
+         _run("baseline", 0, 0.99))
   code, (row,) = _main(tmp_path, capsys, tmp_path / "r")
   assert code == 0
   assert row["gforget_seeds"] == "0,1,2" and row["gforget_mean"] == pytest.approx(81.6666667)
+  # ForgetNet 60, 70, 65 over the baseline's 55, 60, 70: +5, +10, -5 -> +3.33, 2 of 3.
+  assert row["baseline_seeds"] == "0,1,2" and row["baseline_mean"] == pytest.approx(61.6666667)
+  assert row["fb_paired_diff"] == pytest.approx(10.0 / 3) and row["fb_seeds_above"] == 2
+  assert row["forget_beats_baseline"] == "yes" and row["fb_as_in_paper"] == "yes"
+  assert "| 61.67 ± 7.64 (0,1,2) |" in (tmp_path / "out" / "verdict.md").read_text()
 
 
 def test_cli_counts_a_diverged_run_with_its_score_and_drops_one_without(tmp_path, capsys):
