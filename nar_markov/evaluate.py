@@ -2,7 +2,7 @@
 
     python -m nar_markov.evaluate RUN_DIR [--split test|val] [--nodes 64,128]
         [--max-samples N] [--batch-size B] [--sample-seed S] [--algorithm ALG] [--json OUT]
-        [--hints] [--update-gate] [--history-gate]
+        [--hints] [--update-gate] [--history-gate] [--markov]
 
 RUN_DIR holds `params.npz` (nar_markov.params_io: best-validation parameters, net config,
 metadata) and the run's `result.json` (algorithm, model, seed). A multi-task model's metadata
@@ -32,6 +32,14 @@ mean norms of g, h(t-1) and g * h(t-1) (the paper's gate norm), the shares of ga
 below 0.1 / above 0.9, and how much of the history that passes the few largest channels carry.
 The penalty is on ||g||: this tells a gate that passes little from one shut on most channels
 and open on a few large ones.
+
+--markov asks whether the tested net is Markov in effect (docs/design.md): it scores the run's
+params.npz, refused unless it is the checkpoint the run tested, as trained and with h(t-1)
+replaced by zeros in every consumer (processor input, update residual, decoder: ForgetNet's
+forward pass on the same weights), the share of output predictions that change, and the gate
+norm there (||what the processor input receives of h(t-1)||/sqrt(d), the validation curve's
+hidden_norm). Scored on the test split as the run was tested, it writes <run>/markov.json,
+which analysis.verdict reads (`markov_in_effect`: the rule, written before any measurement).
 """
 
 from __future__ import annotations
@@ -50,6 +58,23 @@ PARAMS_NAME = runs.PARAMS_NAME
 RESULT_NAME = runs.RESULT_NAME
 # The official test split's seed is 3 (clrs.CLRS30); fresh graphs use another by default.
 DEFAULT_SAMPLE_SEED = 4
+
+# Markov in effect at test time (docs/design.md; written before any run was measured): only
+# this scope hands every consumer of h(t-1) the gated history; zeroing the history moves the
+# tested checkpoint's test score by less than 1 point and changes under 1 % of its output
+# predictions; its gate norm there is below 0.1.
+MARKOV_SCOPE = "processor_decoder"
+MARKOV_MAX_DELTA = 0.01       # |score with history zeroed - score|, micro-F1 (1 point)
+MARKOV_MAX_CHANGED = 0.01     # share of output predictions that change
+MARKOV_MAX_GATE_NORM = 0.1    # ||g * h(t-1)||/sqrt(d) at the tested checkpoint, test split
+
+
+def markov_in_effect(scope: str, delta: float, changed: float, gate_norm: float) -> bool:
+  """The rule above: `scope` the net's history scope, `delta` its test score with the
+  history zeroed minus as trained, `changed` the share of predictions that change,
+  `gate_norm` its gate norm on the same split."""
+  return (scope == MARKOV_SCOPE and abs(delta) < MARKOV_MAX_DELTA
+          and changed < MARKOV_MAX_CHANGED and gate_norm < MARKOV_MAX_GATE_NORM)
 
 
 class RunMismatch(ValueError):
@@ -125,8 +150,8 @@ class Target:
 
 # What evaluate_run measures beside the score, if asked: each hint's per-step accuracy
 # (`hint_accuracy`), the processor's update gate (`update_gate_stats`), G-ForgetNet's
-# history gate (`history_gate_stats`).
-MEASURES = ("hints", "update_gate", "history_gate")
+# history gate (`history_gate_stats`), the score with the history zeroed (`markov_measure`).
+MEASURES = ("hints", "update_gate", "history_gate", "markov")
 
 
 def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (), *,
@@ -142,9 +167,16 @@ def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (
     # Checked before any data is built: the gate is measured per split or size.
     raise RunMismatch(f"--history-gate is for G-ForgetNet (the gated history); {run_dir} "
                       f"is a {run['net_config']['history']!r} model")
+  zeroed = None
+  if "markov" in measures:
+    problem = tested_checkpoint_problem(run["meta"], run["result"])
+    if problem:
+      raise RunMismatch(f"--markov measures the tested checkpoint; {run_dir}: {problem}")
+    zeroed = build_model(run["algorithms"], zeroed_config(run["net_config"]),
+                         run["meta"].get("nb_dims"), cache_dir)
   model = build_model(run["algorithms"], run["net_config"], run["meta"].get("nb_dims"),
                       cache_dir)
-  scores = [_score(model, run, entry, feedback, target, measures, log)
+  scores = [_score(model, run, entry, feedback, target, measures, log, zeroed=zeroed)
             for entry, feedback in _targets(run["algorithm"], target, cache_dir)]
   result = run["result"]
   return {
@@ -153,6 +185,9 @@ def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (
       "algorithms": run["algorithms"],
       "model": run["meta"].get("model", result.get("model")),
       "seed": run["meta"].get("seed", result.get("seed")),
+      "step": run["meta"].get("step"),
+      "history": model.config.history,
+      "history_scope": model.config.history_scope,
       "result_test_score": result.get("test_score"),
       "scores": scores,
   }
@@ -174,9 +209,10 @@ def _targets(algorithm: str, target: Target, cache_dir):
 
 
 def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, target: Target,
-           measures: Sequence[str], log) -> Dict[str, Any]:
+           measures: Sequence[str], log, zeroed=None) -> Dict[str, Any]:
   """`entry` (what is scored) with the score of `run`'s parameters on `feedback`, and
-  the `measures`; one line each to `log`."""
+  the `measures`; one line each to `log`. `zeroed`: the net with the history zeroed
+  (`zeroed_config`), for "markov"."""
   from nar_markov import data
   from nar_markov import learner
 
@@ -184,8 +220,8 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
   index = run["algorithms"].index(algorithm)
   bs = target.batch_size or learner.default_test_batch_size(
       model.specs[index], entry["nb_nodes"], model.config.hidden_size, fast=model.config.fast)
-  res = learner.evaluate_split(model, params, feedback, index, bs, with_hints=False,
-                               max_samples=cap)
+  preds, truth = output_predictions(model, params, feedback, index, bs, cap)
+  res = score_predictions(preds, truth)
   size = data.nb_samples_of(feedback)
   n = min(size, cap or size)
   entry = dict(entry, num_samples=int(n), score=res["score"], scores=res["scores"])
@@ -211,7 +247,120 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
         f"{g['share_below_0.1']:.3f}, g > 0.9: {g['share_above_0.9']:.3f}; share of "
         "|g*h|^2 in the top " + ", ".join(f"{n}: {v:.3f}" for n, v in g["top_share"].items())
         + " channels")
+  if "markov" in measures:
+    m = entry["markov"] = markov_measure(model, zeroed, params, feedback, index, bs, cap,
+                                         (preds, truth))
+    m["markov_in_effect"] = markov_in_effect(model.config.history_scope, m["delta"],
+                                             m["predictions_changed"], m["gate_norm"])
+    log(f"  history zeroed: score {m['score_history_zeroed']:.4f} (as trained "
+        f"{m['score']:.4f}, delta {100 * m['delta']:+.2f} points), predictions changed "
+        f"{m['predictions_changed']:.4f}; gate norm {m['gate_norm']:.4f}; Markov in effect "
+        f"(scope {MARKOV_SCOPE}, |delta| < {100 * MARKOV_MAX_DELTA:g} point, changed < "
+        f"{MARKOV_MAX_CHANGED:g}, gate norm < {MARKOV_MAX_GATE_NORM:g}): "
+        f"{'yes' if m['markov_in_effect'] else 'no'}")
   return entry
+
+
+def zeroed_config(net_config: Mapping[str, Any]) -> Dict[str, Any]:
+  """`net_config` with h(t-1) replaced by zeros in every consumer (processor input, update
+  residual, decoder): ForgetNet's forward pass (Eq. 3) on the same weights; a G-ForgetNet's
+  gate weights go unused."""
+  return dict(net_config, history="none", history_scope=MARKOV_SCOPE)
+
+
+def tested_checkpoint_problem(meta: Mapping[str, Any], result: Mapping[str, Any]
+                              ) -> Optional[str]:
+  """Why params.npz (its `meta`) is not the checkpoint whose score is `result`'s
+  test_score (run.py's first best: `val_best_step`), or None when it is."""
+  if not result:
+    return "no result.json says which checkpoint was tested"
+  tested = result.get("val_best_step")
+  first = (result.get("selection") or {}).get("first_best") or {}
+  if tested is None or first.get("step", tested) != tested:
+    return (f"result.json names no one tested step (val_best_step {tested}, "
+            f"selection.first_best.step {first.get('step')})")
+  if meta.get("step") != tested:
+    return f"params.npz holds step {meta.get('step')}, the run tested step {tested}"
+  kept, recorded = meta.get("test_score"), result.get("test_score")
+  if kept is not None and recorded is not None and kept != recorded:
+    return f"params.npz was saved with test_score {kept}, result.json has {recorded}"
+  return None
+
+
+def output_predictions(model, params, feedback, algorithm_index: int, batch_size: int,
+                       max_samples: Optional[int] = None):
+  """(hard output predictions {name: clrs.DataPoint}, the true outputs) of the first
+  `max_samples` samples of `feedback`, in learner.evaluate_split's batches: scored
+  (`score_predictions`) they give its score."""
+  import clrs
+  import jax
+  import numpy as np
+  from nar_markov import data
+
+  feedback, n_total = data.at_most(feedback, max_samples)
+  nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
+  batch_size = -(-n_total // nb_batches)  # equal sub-batches, as evaluate_split's
+  parts = []
+  for batch, n_valid in data.eval_batches(feedback, batch_size):
+    preds, _ = model.eval_batch(params, batch, algorithm_index, False)
+    parts.append(jax.tree_util.tree_map(lambda x, n=n_valid: np.asarray(x)[:n], preds))
+  preds = {name: clrs.DataPoint(name=name, location=parts[0][name].location,
+                                type_=parts[0][name].type_,
+                                data=np.concatenate([p[name].data for p in parts]))
+           for name in parts[0]}
+  truth = [clrs.DataPoint(name=o.name, location=o.location, type_=o.type_,
+                          data=np.asarray(o.data)[:n_total]) for o in feedback.outputs]
+  return preds, truth
+
+
+def score_predictions(preds, truth) -> Dict[str, Any]:
+  """clrs.evaluate's score and per-output scores, as learner.evaluate_split reports them."""
+  import clrs
+
+  scores = clrs.evaluate(truth, preds)
+  return {"score": float(scores["score"]),
+          "scores": {k: float(v) for k, v in scores.items() if k != "score"}}
+
+
+def predictions_changed(a, b) -> float:
+  """Share of output predictions (a node's pointer, mask bit or scalar; a one-hot's class)
+  that differ between two {name: clrs.DataPoint} of the same samples."""
+  import clrs
+  import numpy as np
+
+  changed = total = 0
+  for name, dp in a.items():
+    x, y = np.asarray(dp.data), np.asarray(b[name].data)
+    if dp.type_ in (clrs.Type.MASK_ONE, clrs.Type.CATEGORICAL, clrs.Type.PERMUTATION_POINTER):
+      x, y = np.argmax(x, -1), np.argmax(y, -1)
+    changed += int(np.sum(x != y))
+    total += x.size
+  return changed / max(total, 1)
+
+
+def markov_measure(model, zeroed, params, feedback, algorithm_index: int, batch_size: int,
+                   max_samples: Optional[int] = None, trained=None) -> Dict[str, Any]:
+  """How much the net's outputs on `feedback` depend on h(t-1): its score as trained
+  (`model`), with the history zeroed in every consumer (`zeroed`: `zeroed_config`'s net,
+  same `params`), the share of predictions that change, and the gate norm: ||what the
+  processor input receives of h(t-1)||/sqrt(d) over nodes, the steps t >= 1 each trajectory
+  has, then samples (the validation curve's `hidden_norm`; for G-ForgetNet ||g * h(t-1)||).
+  `trained`: `output_predictions` of `model`, if already made."""
+  from nar_markov import learner
+
+  preds, truth = trained or output_predictions(model, params, feedback, algorithm_index,
+                                               batch_size, max_samples)
+  z_preds, _ = output_predictions(zeroed, params, feedback, algorithm_index, batch_size,
+                                  max_samples)
+  as_trained, without = score_predictions(preds, truth), score_predictions(z_preds, truth)
+  norm = learner.evaluate_split(model, params, feedback, algorithm_index, batch_size,
+                                with_hints=True, max_samples=max_samples)["history_norm"]
+  return {"score": as_trained["score"], "scores": as_trained["scores"],
+          "score_history_zeroed": without["score"],
+          "scores_history_zeroed": without["scores"],
+          "delta": without["score"] - as_trained["score"],
+          "predictions_changed": predictions_changed(preds, z_preds),
+          "gate_norm": float(norm)}
 
 
 def as_the_run_was_tested(result: Mapping[str, Any], entry: Mapping[str, Any],
@@ -418,6 +567,47 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
   }
 
 
+MARKOV_FIELDS = ("score", "score_history_zeroed", "delta", "predictions_changed", "gate_norm",
+                 "scores", "scores_history_zeroed")
+
+
+def markov_record(out: Mapping[str, Any], entry: Mapping[str, Any]) -> Dict[str, Any]:
+  """The run's markov.json (runs.MARKOV_NAME): `entry`, the official test split scored as
+  the run was tested with "markov", of `out` (evaluate_run's answer)."""
+  from nar_markov import provenance
+
+  m = entry["markov"]
+  return {
+      "schema": runs.MARKOV_SCHEMA,
+      **{k: out[k] for k in ("model", "algorithm", "seed", "history", "history_scope")},
+      "step": out["step"], "test_score": out["result_test_score"],
+      "reproduces_test_score": m["score"] == out["result_test_score"],
+      **{k: entry[k] for k in ("source", "nb_nodes", "num_samples")},
+      **{k: m[k] for k in MARKOV_FIELDS},
+      "rule": {"scope": MARKOV_SCOPE, "max_delta": MARKOV_MAX_DELTA,
+               "max_changed": MARKOV_MAX_CHANGED, "max_gate_norm": MARKOV_MAX_GATE_NORM},
+      "markov_in_effect": m["markov_in_effect"],
+      "measured_with": provenance.code_version(),
+  }
+
+
+def write_markov_record(run_dir, out: Mapping[str, Any], log=print) -> Optional[pathlib.Path]:
+  """Write `<run_dir>/markov.json` from `out` if it scored the test split as the run was
+  tested with "markov" (else say why not); its path, or None."""
+  from nar_markov import util
+
+  tested = [e for e in out["scores"] if e.get("as_tested") and "markov" in e]
+  if not tested:
+    log(f"  {runs.MARKOV_NAME} not written: only the official test split scored as the run "
+        "was tested is the run's record")
+    return None
+  path = pathlib.Path(run_dir) / runs.MARKOV_NAME
+  runs.atomic_write_bytes(path, json.dumps(util.jsonable(markov_record(out, tested[0])),
+                                           indent=1).encode())
+  log(f"wrote {path}")
+  return path
+
+
 def hint_summary(name: str, entry: Mapping[str, Any], below: float = 0.99) -> str:
   """One line: the hint's overall accuracy, the first step below `below`, and the
   accuracy at each tenth of the trajectory."""
@@ -466,6 +656,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="also measure the Triplet-GMPNN processor's update gate")
   parser.add_argument("--history-gate", action="store_true",
                       help="also measure G-ForgetNet's history gate and what passes it")
+  parser.add_argument("--markov", action="store_true",
+                      help="also score the tested checkpoint with h(t-1) zeroed in every "
+                      "consumer, with its gate norm; on the test split as the run was tested, "
+                      f"write <run>/{runs.MARKOV_NAME}")
   args = parser.parse_args(argv)
   if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
     parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
@@ -484,6 +678,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.json:
     runs.atomic_write_bytes(pathlib.Path(args.json),
                             json.dumps(util.jsonable(out), indent=1).encode())
+  if args.markov:
+    write_markov_record(args.run_dir, out)
   return 0
 
 

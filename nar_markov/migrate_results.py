@@ -16,13 +16,21 @@ Owns these rewrites of a run folder, each idempotent:
   resolve; nothing else of the file changes.
 * ``result.json``: ``lambda_calibration.record`` and ``.continued_from``, absolute paths
   of the machine that trained the run, become relative to the results folder the run
-  was trained into (lambda_heuristic.legacy_relpath) -- the only edit made to a result.
+  was trained into (lambda_heuristic.legacy_relpath) -- the only edit of a value.
+  A result written before result.json recorded them gains, every other byte kept:
+  ``selection`` (`recovered_selection`: each rule's step from ``curves.val``, a test score
+  only where that step is the tested one), and ``commit``, ``dirty`` and ``provenance``
+  (`recovered_provenance`: the commit that added the file, the code that trained it where
+  a record outside the result names it -- ``--trained-from COMMIT --evidence TEXT`` -- else
+  a line saying that it cannot be recovered).
 
 Then each folder is checked as nar_markov.replay does (`replay.check_folder`).
 
 CLI:
   python -m nar_markov.migrate_results results/          # rewrite, then check
   python -m nar_markov.migrate_results results/ --check  # only check
+  python -m nar_markov.migrate_results results/pilot --trained-from 1482029 \
+      --evidence "commit 048d68a: the pilot is running from the frozen tree at 1482029"
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -152,14 +161,111 @@ def migrate_result_paths(text: str) -> str:
   return out
 
 
+SELECTION_RULES = ("first_best", "last_best", "final")  # = nar_markov.train's (jax there)
+SELECTION_RECOVERED = ("recovered from curves.val by nar_markov.migrate_results (the result "
+                       "predates selection): each rule's step; a test score only where the "
+                       "step is the tested one, the other steps' parameters were not kept")
+UNRECOVERABLE = ("which commit trained this run was not recorded and cannot be recovered: the "
+                 "code is that of added_in (the commit that added this result) or older")
+
+
+def recovered_selection(result: Mapping[str, Any]) -> Dict[str, Any]:
+  """{"selection": ...} for a result written before it was recorded, else {}. The steps
+  are train.py's: run.py's first best (the first validation at the best score: its
+  val_best_step, checked), the last step that validates at the best, the final step."""
+  if "selection" in result:
+    return {}
+  val = result["curves"]["val"]
+  best = max(val["score"])
+  at_best = [s for s, v in zip(val["step"], val["score"]) if v >= best]
+  if at_best[0] != result.get("val_best_step"):
+    raise ValueError(f"curves.val's first best is step {at_best[0]}, val_best_step "
+                     f"{result.get('val_best_step')}: not a selection to recover")
+  final = None if result["status"] == "diverged" else result["steps"]
+  tested = {"step": at_best[0], "test_score": result["test_score"]}
+  rule = lambda step: dict(tested) if step == tested["step"] else {"step": step,
+                                                                   "test_score": None}
+  return {"selection": {"rule": SELECTION_RULES[0], SELECTION_RULES[0]: tested,
+                        "last_best": rule(at_best[-1]), "final": rule(final),
+                        "recovered": SELECTION_RECOVERED}}
+
+
+def recovered_provenance(result: Mapping[str, Any], added_in: Optional[str],
+                         trained_from: Optional[str] = None,
+                         evidence: Optional[str] = None) -> Dict[str, Any]:
+  """{"commit", "dirty", "provenance"} for a result written before result.json recorded
+  its commit, else {}: `added_in` the commit that added it to the repository;
+  `trained_from` the commit that trained it, where `evidence` (a record outside the
+  result) names it; else a line saying that it cannot be recovered."""
+  if "commit" in result:
+    return {}
+  if bool(trained_from) != bool(evidence):
+    raise ValueError("a commit that trained a run is recovered with the evidence that "
+                     "names it, and only with it")
+  return {"commit": trained_from, "dirty": None,
+          "provenance": {"recorded": False, "added_in": added_in,
+                         "trained_from": trained_from,
+                         "evidence": evidence if trained_from else UNRECOVERABLE}}
+
+
+def append_fields(text: str, fields: Mapping[str, Any]) -> str:
+  """result.json `text` (json.dumps(indent=1), as train.py writes it) with `fields`
+  appended as new top-level keys, every byte before them kept; ValueError if a key is
+  there already or the text is not an object."""
+  if not fields:
+    return text
+  old = json.loads(text)
+  body = text.rstrip()
+  if not isinstance(old, dict) or not body.endswith("}") or set(fields) & set(old):
+    raise ValueError("not a result.json to append to, or a field it already has")
+  lines = [f" {json.dumps(k)}: " + json.dumps(v, indent=1).replace("\n", "\n ")
+           for k, v in fields.items()]
+  out = body[:-1].rstrip() + ",\n" + ",\n".join(lines) + "\n}"
+  if json.loads(out) != dict(old, **fields):
+    raise ValueError("appending would change what the result already says")
+  return out
+
+
+def git_added_in(path) -> Optional[str]:
+  """The commit that first added `path` to its git repository (renames followed); None
+  outside git, or for a file not committed."""
+  path = pathlib.Path(path).resolve()
+  try:
+    proc = subprocess.run(["git", "-C", str(path.parent), "log", "--follow",
+                           "--diff-filter=A", "--format=%H", "--", path.name],
+                          capture_output=True, text=True, timeout=30, check=False)
+  except (OSError, subprocess.SubprocessError):
+    return None
+  found = proc.stdout.split() if proc.returncode == 0 else []
+  return found[-1] if found else None
+
+
+def resolve_commit(commit: str, before: Optional[str], where) -> str:
+  """`commit`'s full hash; ValueError unless it exists and is `before` or its ancestor."""
+  def git(*args):
+    return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+  found = git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+  if found.returncode != 0:
+    raise ValueError(f"--trained-from {commit}: no such commit")
+  full = found.stdout.strip()
+  if before and git("merge-base", "--is-ancestor", full, before).returncode != 0:
+    raise ValueError(f"--trained-from {commit} is not an ancestor of {before}, the commit "
+                     "that added the result")
+  return full
+
+
 def run_folders(root) -> List[pathlib.Path]:
   """Every folder under `root` with a config.gin (a run, finished or not)."""
   return sorted(p.parent for p in pathlib.Path(root).glob(f"**/{runs.CONFIG_NAME}")
                 if runs.ARCHIVE_DIR not in p.relative_to(root).parts)
 
 
-def migrate_folder(folder: pathlib.Path) -> List[str]:
-  """Rewrite `folder`'s config.gin and result.json where needed; the files rewritten."""
+def migrate_folder(folder: pathlib.Path, trained_from: Optional[str] = None,
+                   evidence: Optional[str] = None) -> List[str]:
+  """Rewrite `folder`'s config.gin and result.json where needed; the files rewritten.
+  `trained_from`, `evidence`: the commit that trained a result that does not say, and
+  the record that names it (`recovered_provenance`)."""
   changed = []
   result_path = folder / runs.RESULT_NAME
   result = None
@@ -167,6 +273,11 @@ def migrate_folder(folder: pathlib.Path) -> List[str]:
     text = result_path.read_text(encoding="utf-8")
     result = json.loads(text)
     new = migrate_result_paths(text)
+    if "commit" not in result or "selection" not in result:
+      added_in = git_added_in(result_path)
+      commit = trained_from and resolve_commit(trained_from, added_in, folder)
+      new = append_fields(new, {**recovered_selection(result),
+                                **recovered_provenance(result, added_in, commit, evidence)})
     if new != text:
       runs.atomic_write_bytes(result_path, new.encode("utf-8"))
       changed.append(str(result_path))
@@ -206,11 +317,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                    description=__doc__.split("\n")[0])
   parser.add_argument("root", help="a results folder (all run folders under it)")
   parser.add_argument("--check", action="store_true", help="only check, rewrite nothing")
+  parser.add_argument("--trained-from", default=None,
+                      help="the commit that trained the results under root that record none")
+  parser.add_argument("--evidence", default=None,
+                      help="with --trained-from: the record (outside the results) naming it")
   args = parser.parse_args(argv)
+  if bool(args.trained_from) != bool(args.evidence):
+    parser.error("--trained-from and --evidence go together")
   if not args.check:
-    for folder in run_folders(args.root):
-      for path in migrate_folder(folder):
-        print(f"rewrote {path}")
+    try:
+      for folder in run_folders(args.root):
+        for path in migrate_folder(folder, args.trained_from, args.evidence):
+          print(f"rewrote {path}")
+    except ValueError as e:
+      parser.exit(2, f"migrate_results: error: {e}\n")
   problems = check_folders(args.root)
   for folder, why in problems.items():
     print(f"{folder}: {why}", file=sys.stderr)

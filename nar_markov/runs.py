@@ -58,6 +58,11 @@ PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
 # A parameters file's format tag, and the entry of its JSON header (nar_markov.params_io).
 PARAMS_FORMAT = "nar_markov.params/1"
 PARAMS_HEADER_KEY = "__nar_markov__"
+# The tested checkpoint's test score with h(t-1) zeroed and its gate norm there
+# (`python -m nar_markov.evaluate <run> --markov`): small, committed beside result.json
+# where params.npz never is (`read_markov`).
+MARKOV_NAME = "markov.json"
+MARKOV_SCHEMA = "nar_markov.markov/1"
 CONFIG_NAME = "config.gin"
 LOCK_NAME = ".lock"
 SWEEP_LOCK = "_sweeps/.lock"
@@ -548,6 +553,21 @@ def result_files(results_dir) -> List[pathlib.Path]:
   root = pathlib.Path(results_dir)
   return sorted(p for p in root.glob(f"**/{RESULT_NAME}")
                 if ARCHIVE_DIR not in p.relative_to(root).parts)
+
+
+def read_markov(run_folder) -> Optional[dict]:
+  """The run's markov.json, or None where there is none; ValueError (one line) for a file
+  that is not JSON or not the schema."""
+  path = pathlib.Path(run_folder) / MARKOV_NAME
+  if not path.is_file():
+    return None
+  try:
+    record = json.loads(path.read_text(encoding="utf-8"))
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path}: unreadable ({e})") from None
+  if not isinstance(record, dict) or record.get("schema") != MARKOV_SCHEMA:
+    raise ValueError(f"{path}: not a {MARKOV_SCHEMA} record")
+  return record
 
 
 # -- locks -------------------------------------------------------------------------

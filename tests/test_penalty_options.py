@@ -62,6 +62,68 @@ def test_ramp_scale_and_adaptive_lambda(tmp_path):
   assert lam[17] == pytest.approx(updates[1][1], rel=1e-5)
 
 
+GATE_HIDDEN = 8
+
+
+@pytest.fixture(scope="module")
+def mixed_lengths():
+  """bfs trajectories of different lengths in one batch."""
+  import clrs
+  sampler, spec = clrs.build_sampler("bfs", num_samples=-1, length=6, seed=0)
+  feedback = sampler.next(6)
+  assert len(set(np.asarray(feedback.features.lengths).tolist())) > 1
+  return spec, feedback
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_gate_penalty_masks_each_trajectory_by_its_own_length(mixed_lengths, impl):
+  """Eq. 6 derived by hand with a gate that differs by step, sample and node, over a batch of
+  trajectories of different lengths. The gate reads h(t-1) only (the rows of its first layer
+  that read x(t) zeroed) and h(t-1) is fed (hidden_override), so
+  g(t) = sigmoid(relu(h(t-1) W1 + b1) W2 + b2) is computed here in numpy; G is the mean, over
+  each sample's own steps t < length - 1, of sum_i ||g_i(t)||. A mask by the batch's longest
+  trajectory averages other steps in and gives another number (checked below)."""
+  import jax
+  from nar_markov import learner
+  from nar_markov import model as model_lib
+
+  spec, feedback = mixed_lengths
+  config = NetConfig(hidden_size=GATE_HIDDEN, nb_triplet_fts=4, history="gated", impl=impl)
+  net = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
+                        learner.make_optimizer(1e-3, 10, 1.0))
+  params = {m: {k: np.array(v) for k, v in p.items()}
+            for m, p in jax.device_get(net.init(jax.random.PRNGKey(0),
+                                                [feedback.features])).items()}
+  first = next(m for m in params if m.endswith("history_gate/linear_0"))
+  last = next(m for m in params if m.endswith("history_gate/linear_1"))
+  params[first]["w"][:GATE_HIDDEN] = 0.0          # [x(t), h(t-1)]: x(t)'s rows
+  lengths = np.asarray(feedback.features.lengths).astype(int)
+  nb_steps = feedback.features.hints[0].data.shape[0] - 1
+  batch, nodes = feedback.features.inputs[0].data.shape[:2]
+  h = np.random.RandomState(0).standard_normal(
+      (nb_steps, batch, nodes, GATE_HIDDEN)).astype(np.float32)
+
+  lam = 0.3
+  losses = model_lib.compute_losses(
+      feedback, net.apply(params, feedback.features, 0, False,
+                          hidden_override=jax.numpy.asarray(h)), lam)
+
+  hidden = np.maximum(h @ params[first]["w"][GATE_HIDDEN:] + params[first]["b"], 0.0)
+  g = 1.0 / (1.0 + np.exp(-(hidden @ params[last]["w"] + params[last]["b"])))
+  per_step = np.sqrt(np.sum(g.astype(np.float64) ** 2, axis=-1)).sum(axis=-1)  # [T-1, B]
+  own = [per_step[t, b] for b in range(batch) for t in range(lengths[b] - 1)]
+  expected = np.mean(own)
+  assert float(losses.gate_term) == pytest.approx(expected, rel=1e-5)
+  assert float(losses.gate_penalty) == pytest.approx(lam * expected, rel=1e-5)
+  assert float(losses.total) == pytest.approx(
+      float(losses.output + losses.hint) + lam * expected, rel=1e-5)
+  # The gate is not constant and the lengths differ: the longest trajectory's mask would
+  # give another G, so the test can tell the two apart.
+  assert np.std(per_step) > 1e-2 * np.mean(per_step)
+  longest = np.mean(per_step[:lengths.max() - 1])
+  assert abs(longest - expected) > 1e-3 * expected
+
+
 def test_adaptive_lambda_is_capped(tmp_path):
   result = _gforget(tmp_path, adaptive_every_steps=4, adaptive_max_scale=1.0)
   assert all(u[1] <= 0.5 + 1e-12 for u in result["lambda_updates"])

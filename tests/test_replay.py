@@ -9,6 +9,7 @@ import pathlib
 import gin
 import pytest
 
+from nar_markov import calibrate
 from nar_markov import config
 from nar_markov import experiment
 from nar_markov import lambda_heuristic
@@ -43,6 +44,72 @@ def test_committed_run_replays_from_its_folder(folder):
   assert migrate_results.absolute_paths(result) == {}
   if info.get("record"):
     assert (folder.parents[2] / info["record"]).is_file()
+
+
+def test_every_committed_result_names_its_code_and_selection():
+  """Each result says which code trained it -- its commit, or a provenance line naming the
+  commit that added it and why the code cannot be named -- and its selection rules."""
+  unnamed = []
+  for folder in COMMITTED:
+    result = json.loads((folder / runs.RESULT_NAME).read_text())
+    provenance_ = result.get("provenance") or {}
+    if "selection" not in result or "commit" not in result or not (
+        result["commit"] or (provenance_.get("added_in") and provenance_.get("evidence"))):
+      unnamed.append(_name(folder))
+  assert unnamed == []
+
+
+def _old_result(**changes):
+  """A result as train.py wrote them before "selection" and "commit": validations at
+  steps 0-150, the best (0.9) first at step 50 and again at 100."""
+  result = {"schema": runs.RESULT_SCHEMA, "status": "done", "steps": 200, "test_score": 0.7,
+            "val_best_step": 50,
+            "curves": {"val": {"step": [0, 50, 100, 150], "score": [0.5, 0.9, 0.9, 0.8]}}}
+  return dict(result, **changes)
+
+
+def test_recovered_selection_is_each_rules_step_from_the_curves():
+  sel = migrate_results.recovered_selection(_old_result())["selection"]
+  assert sel["rule"] == "first_best" and sel["first_best"] == {"step": 50, "test_score": 0.7}
+  assert sel["last_best"] == {"step": 100, "test_score": None}   # never tested
+  assert sel["final"] == {"step": 200, "test_score": None}
+  once = _old_result(curves={"val": {"step": [0, 50, 100], "score": [0.5, 0.9, 0.8]}},
+                     steps=50, status="diverged")
+  sel = migrate_results.recovered_selection(once)["selection"]
+  assert sel["last_best"] == sel["first_best"] == {"step": 50, "test_score": 0.7}
+  assert sel["final"] == {"step": None, "test_score": None}
+  assert migrate_results.recovered_selection(dict(_old_result(), selection={})) == {}
+  with pytest.raises(ValueError, match="val_best_step 100"):
+    migrate_results.recovered_selection(_old_result(val_best_step=100))
+
+
+def test_old_results_gain_fields_and_keep_every_number(tmp_path):
+  """Appended after every byte the result had; named code only with its evidence; run
+  twice, nothing more changes."""
+  text = json.dumps(_old_result(), indent=1)
+  added = {**migrate_results.recovered_selection(_old_result()),
+           **migrate_results.recovered_provenance(_old_result(), "abc")}
+  new = migrate_results.append_fields(text, added)
+  assert new.startswith(text[:-2]) and json.loads(new) == dict(_old_result(), **added)
+  assert added["commit"] is None and added["provenance"]["added_in"] == "abc"
+  assert "cannot be recovered" in added["provenance"]["evidence"]
+  named = migrate_results.recovered_provenance(_old_result(), "abc", "def", "a log says so")
+  assert named["commit"] == "def" and named["provenance"]["evidence"] == "a log says so"
+  with pytest.raises(ValueError, match="evidence"):
+    migrate_results.recovered_provenance(_old_result(), "abc", "def")
+  assert migrate_results.recovered_provenance(dict(_old_result(), commit=None), "abc") == {}
+  with pytest.raises(ValueError, match="already has"):
+    migrate_results.append_fields(new, {"selection": {}})
+
+  folder = tmp_path / "r" / "forget" / "bfs" / "seed0"   # outside git: added_in unknown
+  folder.mkdir(parents=True)
+  (folder / runs.RESULT_NAME).write_text(text)
+  (folder / runs.CONFIG_NAME).write_text(migrate_results.migrate_config(
+      OLD_GIN.replace("'gforget'", "'forget'"), None))
+  assert migrate_results.migrate_folder(folder) == [str(folder / runs.RESULT_NAME)]
+  result = json.loads((folder / runs.RESULT_NAME).read_text())
+  assert result["provenance"]["added_in"] is None and result["selection"]["final"]["step"] == 200
+  assert migrate_results.migrate_folder(folder) == []
 
 
 def test_committed_config_gin_are_migrated():
@@ -181,3 +248,50 @@ def test_a_replayed_run_scores_the_same(tmp_path, monkeypatch, data_cache_dir, c
   for r in (first, second):
     assert "commit" in r and "dirty" in r
     assert r["commit"] == provenance.code_version()["commit"]
+
+
+# G-ForgetNet as gin/gforget.gin trains it, tiny: λ from the record of a 6-step λ = 0 run
+# (schedule reading: the penalty from step 6 of 10, the run continuing from that state).
+TINY_GATED = ["NetConfig.hidden_size = 8", "Protocol.train_steps = 10",
+              "Protocol.eval_every_steps = 2", "Protocol.log_every_steps = 2",
+              "Protocol.checkpoint_every_steps = 2"]
+GFORGET = ["gin/gforget.gin", "gin/smoke.gin"]
+
+
+def test_a_gforget_run_that_reads_a_calibration_record_replays(tmp_path, monkeypatch,
+                                                                data_cache_dir, capsys):
+  """The replay copies the λ calibration record the run read to the same place under the
+  new results folder, trains with that record's λ (read here from the record file itself)
+  and scores the same; another record already at that place is refused, nothing trained."""
+  monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
+  config.parse_gin(GFORGET, TINY_GATED)
+  c = runspec.configured()
+  calibrate.calibrate_algorithm("bfs", tmp_path / "a", net=c["net"], protocol=c["protocol"])
+  gin.clear_config()
+  (path,) = experiment.run_from_gin(GFORGET, TINY_GATED, algorithms=["bfs"], seeds=[0],
+                                    results_dir=str(tmp_path / "a"))
+  first = json.loads(pathlib.Path(path).read_text())
+  info = first["lambda_calibration"]
+  record_file = tmp_path / "a" / info["record"]
+  record = json.loads(record_file.read_text())
+  assert info["source"] == "calibration record" and info["reading"] == "schedule"
+  assert first["lambda_gate"] == record["lambda"] > 0.0
+  assert first["penalty_start_step"] == record["calibration_step"] == 6
+  gin.clear_config()
+
+  folder = pathlib.Path(path).parent
+  assert replay.main([str(folder), "--results", str(tmp_path / "b")]) == 0
+  assert f"lambda    {record['lambda']} from {record_file}" in capsys.readouterr().out
+  assert (tmp_path / "b" / info["record"]).read_bytes() == record_file.read_bytes()
+  second = json.loads((tmp_path / "b" / "gforget" / "bfs" / "seed0" / runs.RESULT_NAME)
+                      .read_text())
+  assert second["lambda_gate"] == record["lambda"]
+  assert second["lambda_calibration"]["record"] == info["record"]
+  assert second["test_score"] == first["test_score"] and second["steps"] == 10
+
+  other = tmp_path / "c" / info["record"]
+  other.parent.mkdir(parents=True)
+  other.write_text(json.dumps(dict(record, **{"lambda": 2.0 * record["lambda"]})))
+  assert replay.main([str(folder), "--results", str(tmp_path / "c")]) == 2
+  assert "is another calibration record" in capsys.readouterr().err
+  assert not (tmp_path / "c" / "gforget").exists()
