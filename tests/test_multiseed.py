@@ -5,6 +5,7 @@ and how the sweep packs runs into K-seed jobs.
 
 import json
 import os
+import pathlib
 import pickle
 
 import gin
@@ -283,7 +284,7 @@ def test_job_groups_pack_up_to_k_seeds_of_one_algorithm(tmp_path):
   assert cluster.job_call(cluster.job_groups(runs1)[0])[1]["seeds"] == [0]
 
 
-def test_the_job_pickles_calls_its_function_and_resubmits_the_same_call(monkeypatch):
+def test_the_job_pickles_calls_its_function_and_resubmits_the_same_call(monkeypatch, tmp_path):
   seen = []
   pickled = pickle.dumps(cluster.Job(experiment.run_from_gin))
   monkeypatch.setattr(experiment, "run_from_gin",
@@ -292,11 +293,15 @@ def test_the_job_pickles_calls_its_function_and_resubmits_the_same_call(monkeypa
                       or ["x", "y"])
   # Pickled by name: the job's process calls what experiment.run_from_gin is there.
   job = pickle.loads(pickled)
-  kwargs = dict(gin_files=["/abs/a.gin"], gin_params=["SEEDS_PER_JOB=2"],
-                algorithms=["bfs"], seeds=[3, 5], results_dir="/abs/r", multitask=False)
+  # A real gin file and results folder: the job reads its gin (GPU check, compilation
+  # cache) before it calls the function.
+  gin_file = str(pathlib.Path(__file__).resolve().parents[1] / "gin/forget.gin")
+  results = str(tmp_path / "r")
+  kwargs = dict(gin_files=[gin_file], gin_params=["SEEDS_PER_JOB=2"],
+                algorithms=["bfs"], seeds=[3, 5], results_dir=results, multitask=False)
   assert job(kwargs) == ["x", "y"]
-  assert seen == [(["/abs/a.gin"], ["SEEDS_PER_JOB=2"], dict(
-      algorithms=["bfs"], seeds=[3, 5], results_dir="/abs/r", multitask=False))]
+  assert seen == [([gin_file], ["SEEDS_PER_JOB=2"], dict(
+      algorithms=["bfs"], seeds=[3, 5], results_dir=results, multitask=False))]
   delayed = job.checkpoint(kwargs)
   assert delayed.function is job and delayed.args == (kwargs,)
 
