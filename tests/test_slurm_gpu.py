@@ -18,7 +18,10 @@ def test_gpu_overlay_sbatch_script(tmp_path, fake_slurm, capsys):
   assert len(scripts) == 1
   text = scripts[0].read_text()
   logs = results / "_logs"
-  assert sorted(l for l in text.splitlines() if l.startswith("#SBATCH")) == sorted([
+  # The array's tag (the sweep finds its arrays in the queue by it: launch/submit.py).
+  lines = [l for l in text.splitlines() if l.startswith("#SBATCH")]
+  (comment,) = [l for l in lines if l.startswith("#SBATCH --comment=nar_markov-")]
+  assert sorted(l for l in lines if l != comment) == sorted([
       "#SBATCH --array=0-1%2",   # array_parallelism 64, capped at the 2 tasks
       "#SBATCH --cpus-per-task=8",
       f"#SBATCH --error={logs}/%A_%a/%A_%a_0_log.err",
