@@ -40,6 +40,12 @@ forward pass on the same weights), the share of output predictions that change, 
 norm there (||what the processor input receives of h(t-1)||/sqrt(d), the validation curve's
 hidden_norm). Scored on the test split as the run was tested, it writes <run>/markov.json,
 which analysis.verdict reads (`markov_in_effect`: the rule, written before any measurement).
+git keeps no params.npz, so a committed run measured on another machine or in another session
+is measured on its replay (`python -m nar_markov.replay RUN --results OTHER`): `--markov
+--record-for RUN` scores the replay's params.npz and writes the record into RUN, only where
+the replay is the run again -- same model, algorithm, seed, tested step and, to the bit, the
+same test_score, as on the CPU kind that trained it -- else refuses in one line (exit 2). The
+record names the replay it was measured on (`parameters_from`).
 """
 
 from __future__ import annotations
@@ -591,9 +597,35 @@ def markov_record(out: Mapping[str, Any], entry: Mapping[str, Any]) -> Dict[str,
   }
 
 
-def write_markov_record(run_dir, out: Mapping[str, Any], log=print) -> Optional[pathlib.Path]:
+# What a replay must share with the run it stands for, for its measure to be the run's.
+REPLAY_KEYS = ("model", "algorithm", "seed", "val_best_step", "test_score")
+
+
+def result_of(run_dir) -> Optional[dict]:
+  """`run_dir`'s result.json parsed, or None where it has none that parses."""
+  return runs.read_result(pathlib.Path(run_dir) / RESULT_NAME)[0]
+
+
+def replay_problem(run: Mapping[str, Any], replay: Mapping[str, Any]) -> Optional[str]:
+  """Why `replay` (a replay's result.json) is not `run` (the result.json of the run it
+  replays) trained again to the bit, or None when it is."""
+  if not run:
+    return "it has no readable result.json"
+  differ = [f"{k} {replay.get(k)!r} (the run: {run.get(k)!r})" for k in REPLAY_KEYS
+            if replay.get(k) != run.get(k)]
+  if run.get("test_score") is None:
+    differ.insert(0, "the run has no test_score")
+  if differ:
+    return "the replay is not the run again: " + ", ".join(differ)
+  return None
+
+
+def write_markov_record(run_dir, out: Mapping[str, Any], log=print,
+                        record_for=None) -> Optional[pathlib.Path]:
   """Write `<run_dir>/markov.json` from `out` if it scored the test split as the run was
-  tested with "markov" (else say why not); its path, or None."""
+  tested with "markov" (else say why not); its path, or None. `record_for`: the run that
+  `run_dir` replays (`replay_problem` is None), into which the record goes instead, naming
+  the replay it was measured on."""
   from nar_markov import util
 
   tested = [e for e in out["scores"] if e.get("as_tested") and "markov" in e]
@@ -601,9 +633,18 @@ def write_markov_record(run_dir, out: Mapping[str, Any], log=print) -> Optional[
     log(f"  {runs.MARKOV_NAME} not written: only the official test split scored as the run "
         "was tested is the run's record")
     return None
+  record = markov_record(out, tested[0])
+  if record_for is not None:
+    replay = result_of(run_dir) or {}
+    record["parameters_from"] = {
+        "replay": str(pathlib.Path(run_dir).resolve()),
+        "replay_commit": replay.get("commit"), "replay_dirty": replay.get("dirty"),
+        "why": "git keeps no params.npz: the run was trained again from its config.gin "
+               "(python -m nar_markov.replay) and reproduced its tested step and test_score "
+               "to the bit; these are the replay's parameters"}
+    run_dir = record_for
   path = pathlib.Path(run_dir) / runs.MARKOV_NAME
-  runs.atomic_write_bytes(path, json.dumps(util.jsonable(markov_record(out, tested[0])),
-                                           indent=1).encode())
+  runs.atomic_write_bytes(path, json.dumps(util.jsonable(record), indent=1).encode())
   log(f"wrote {path}")
   return path
 
@@ -660,9 +701,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="also score the tested checkpoint with h(t-1) zeroed in every "
                       "consumer, with its gate norm; on the test split as the run was tested, "
                       f"write <run>/{runs.MARKOV_NAME}")
+  parser.add_argument("--record-for", default=None, metavar="RUN",
+                      help=f"with --markov: RUN_DIR is a replay of RUN (a committed run "
+                      f"without its {PARAMS_NAME}); write the record into RUN, only if the "
+                      "replay reproduced its tested step and test_score to the bit")
   args = parser.parse_args(argv)
   if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
     parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
+  if args.record_for is not None:
+    if not args.markov:
+      parser.error("--record-for writes a Markov record: it needs --markov")
+    problem = replay_problem(result_of(args.record_for), result_of(args.run_dir) or {})
+    if problem:
+      parser.exit(2, f"evaluate: error: --record-for {args.record_for}: {problem}\n")
   if args.max_samples is not None and args.max_samples < 1:
     parser.error("--max-samples must be >= 1")
   from nar_markov import learner
@@ -679,7 +730,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs.atomic_write_bytes(pathlib.Path(args.json),
                             json.dumps(util.jsonable(out), indent=1).encode())
   if args.markov:
-    write_markov_record(args.run_dir, out)
+    write_markov_record(args.run_dir, out, record_for=args.record_for)
   return 0
 
 

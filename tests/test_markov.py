@@ -189,3 +189,48 @@ def test_the_record_is_of_the_tested_checkpoint_and_split(tmp_path, data_cache_d
   (line,) = capsys.readouterr().err.splitlines()
   assert "params.npz holds step 100, the run tested step 50" in line
   assert runs.read_markov(later) is None
+
+
+def test_a_replay_measures_the_run_it_replays_and_nothing_else(tmp_path, data_cache_dir,
+                                                                capsys):
+  """git keeps no params.npz: `--record-for RUN` measures RUN's replay and writes the record
+  into RUN, naming the replay, which analysis.verdict then reads as RUN's; a replay that is
+  not the run again to the bit (another test_score) is refused in one line, nothing written."""
+  from analysis import verdict
+
+  net = _net("gated", data_cache_dir)
+  params = _params(net, data_cache_dir)
+  run_dir = _saved_run(tmp_path / "committed", "gforget", net, params, data_cache_dir)
+  (run_dir / runs.PARAMS_NAME).unlink()  # as git leaves a committed run
+  replay = _saved_run(tmp_path / "replay", "gforget", net, params, data_cache_dir)
+  assert evaluate.main([str(replay), "--markov", "--record-for", str(run_dir),
+                        "--max-samples", str(SAMPLES)]) == 0
+  assert f"wrote {run_dir / runs.MARKOV_NAME}" in capsys.readouterr().out
+  assert runs.read_markov(replay) is None
+  run = json.loads((run_dir / runs.RESULT_NAME).read_text())
+  record = verdict.read_markov(run_dir, run)
+  assert record["parameters_from"]["replay"] == str(replay.resolve())
+  assert record["reproduces_test_score"] and record["step"] == TESTED_STEP
+
+  # A replay on another CPU kind: the same config, a test_score that differs in the last bits.
+  other = _saved_run(tmp_path / "other", "gforget", net, params, data_cache_dir)
+  result = json.loads((other / runs.RESULT_NAME).read_text())
+  result["test_score"] = np.nextafter(result["test_score"], 2.0)
+  (other / runs.RESULT_NAME).write_text(json.dumps(result))
+  (run_dir / runs.MARKOV_NAME).unlink()
+  with pytest.raises(SystemExit) as exit_info:
+    evaluate.main([str(other), "--markov", "--record-for", str(run_dir),
+                   "--max-samples", str(SAMPLES)])
+  assert exit_info.value.code == 2
+  (line,) = capsys.readouterr().err.splitlines()
+  assert "the replay is not the run again: test_score" in line
+  assert runs.read_markov(run_dir) is None and runs.read_markov(other) is None
+
+
+def test_record_for_needs_markov(tmp_path, data_cache_dir, capsys):
+  net = _net("gated", data_cache_dir)
+  run_dir = _saved_run(tmp_path, "gforget", net, _params(net, data_cache_dir), data_cache_dir)
+  with pytest.raises(SystemExit) as exit_info:
+    evaluate.main([str(run_dir), "--record-for", str(run_dir)])
+  assert exit_info.value.code == 2
+  assert "--record-for writes a Markov record: it needs --markov" in capsys.readouterr().err
