@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -985,3 +986,53 @@ def test_an_unreadable_manifest_is_one_warning(write_result, tmp_path, fake_slur
     proc = _sweep_process(args, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr.count("warning: unreadable sweep manifest") == 1, proc.stderr
+
+
+def _descendants(pid):
+  from launch import submit  # pylint: disable=g-import-not-at-top
+  out = []
+  for child in submit._child_pids(pid):  # pylint: disable=protected-access
+    out += [child] + _descendants(child)
+  return out
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  try:  # a zombie has ended
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_cancelling_a_local_job_ends_the_process_that_runs_it(tmp_path):
+  """A real local job, started as the sweep starts one (through a shell, for the setup
+  lines): cancelled, every process under it ends, the one running the call included; with
+  submitit's cancel alone (SIGINT to the shell) the controller and the call run on."""
+  from launch import submit  # pylint: disable=g-import-not-at-top
+  results = tmp_path / "results"
+  results.mkdir()
+  resources = cluster.SlurmResources()
+  assert resources.setup, "the default has setup lines: the job starts through a shell"
+  executor = submit.make_executor("local", results, resources)
+  job = executor.submit(time.sleep, 600)
+  deadline = time.time() + 120
+  while len(_descendants(job._process.pid)) < 2 and time.time() < deadline:  # pylint: disable=protected-access
+    time.sleep(0.2)
+  tree = _descendants(job._process.pid)  # pylint: disable=protected-access
+  assert len(tree) >= 2, tree  # the controller and the process running time.sleep
+  try:
+    submit.cancel(job)
+    deadline = time.time() + 30
+    while any(_alive(p) for p in tree) and time.time() < deadline:
+      time.sleep(0.2)
+    assert not [p for p in tree if _alive(p)]
+  finally:  # nothing left running when it fails
+    for p in tree:
+      try:
+        os.kill(p, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
