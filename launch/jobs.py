@@ -62,12 +62,30 @@ def private_log_dir(results_dir) -> pathlib.Path:
 # -- the sweep process: planned entries are in flight while it lives ------------------
 
 
-def _start_time(pid: int) -> Optional[str]:
+def stat_fields(pid) -> Optional[List[str]]:
+  """/proc/<pid>/stat's fields after `pid (comm)` (field 3, the state, first), or None
+  where there is no such process (or no /proc). comm may hold spaces and parentheses,
+  so the fields are split after its last ')'."""
   try:
     text = pathlib.Path(f"/proc/{int(pid)}/stat").read_text()
   except (OSError, ValueError):
     return None
-  return text.rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+  return text.rsplit(")", 1)[1].split()
+
+
+def _start_time(pid: int) -> Optional[str]:
+  fields = stat_fields(pid)
+  return None if fields is None else fields[19]  # field 22: start time in clock ticks
+
+
+def child_pids(pid: int) -> List[int]:
+  """The processes whose parent is `pid` (Linux /proc), [] where there is no /proc."""
+  out = []
+  for proc in pathlib.Path("/proc").glob("[0-9]*/stat"):
+    fields = stat_fields(proc.parent.name)
+    if fields is not None and len(fields) > 1 and fields[1] == str(pid):  # field 4: ppid
+      out.append(int(proc.parent.name))
+  return out
 
 
 def process_token() -> dict:

@@ -312,20 +312,6 @@ def run_here(executor, plan: Plan, manifest: jobs.Manifest, cluster_name: str) -
   return failures
 
 
-def _child_pids(pid: int) -> List[int]:
-  """The processes whose parent is `pid` (Linux /proc), [] where there is no /proc."""
-  out = []
-  for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-    try:
-      # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after it.
-      ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-      continue
-    if ppid == pid:
-      out.append(int(stat.parent.name))
-  return out
-
-
 def cancel(job) -> None:
   """Cancel `job`, a local job's whole process tree included. With setup lines (ours has
   one) submitit starts a local job as `sh -c "<setup> && python -m submitit.local._local"`
@@ -334,7 +320,7 @@ def cancel(job) -> None:
   after its sweep had said "cancelled"). The controller's own SIGINT ends its tasks (SIGINT,
   then SIGKILL), so the shell's children get SIGINT too, found before the shell goes."""
   process = getattr(job, "_process", None)  # a local job's Popen; None on Slurm
-  children = _child_pids(process.pid) if process is not None else []
+  children = jobs.child_pids(process.pid) if process is not None else []
   job.cancel()
   for pid in children:
     try:

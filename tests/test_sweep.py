@@ -989,22 +989,15 @@ def test_an_unreadable_manifest_is_one_warning(write_result, tmp_path, fake_slur
 
 
 def _descendants(pid):
-  from launch import submit  # pylint: disable=g-import-not-at-top
   out = []
-  for child in submit._child_pids(pid):  # pylint: disable=protected-access
+  for child in jobs_lib.child_pids(pid):
     out += [child] + _descendants(child)
   return out
 
 
 def _alive(pid):
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  try:  # a zombie has ended
-    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-  except OSError:
-    return False
+  fields = jobs_lib.stat_fields(pid)
+  return fields is not None and fields[0] != "Z"  # a zombie has ended
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
