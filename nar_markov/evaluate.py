@@ -620,12 +620,13 @@ def replay_problem(run: Mapping[str, Any], replay: Mapping[str, Any]) -> Optiona
   return None
 
 
-def write_markov_record(run_dir, out: Mapping[str, Any], log=print,
-                        record_for=None) -> Optional[pathlib.Path]:
+def write_markov_record(run_dir, out: Mapping[str, Any], log=print, record_for=None,
+                        replay: Optional[Mapping[str, Any]] = None) -> Optional[pathlib.Path]:
   """Write `<run_dir>/markov.json` from `out` if it scored the test split as the run was
   tested with "markov" (else say why not); its path, or None. `record_for`: the run that
   `run_dir` replays (`replay_problem` is None), into which the record goes instead, naming
-  the replay it was measured on."""
+  the replay it was measured on; `replay`: `run_dir`'s result.json as already read (read
+  here when not given)."""
   from nar_markov import util
 
   tested = [e for e in out["scores"] if e.get("as_tested") and "markov" in e]
@@ -635,7 +636,7 @@ def write_markov_record(run_dir, out: Mapping[str, Any], log=print,
     return None
   record = markov_record(out, tested[0])
   if record_for is not None:
-    replay = result_of(run_dir) or {}
+    replay = (result_of(run_dir) if replay is None else replay) or {}
     record["parameters_from"] = {
         "replay": str(pathlib.Path(run_dir).resolve()),
         "replay_commit": replay.get("commit"), "replay_dirty": replay.get("dirty"),
@@ -708,10 +709,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parser.parse_args(argv)
   if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
     parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
+  replay = None
   if args.record_for is not None:
     if not args.markov:
       parser.error("--record-for writes a Markov record: it needs --markov")
-    problem = replay_problem(result_of(args.record_for), result_of(args.run_dir) or {})
+    replay = result_of(args.run_dir) or {}
+    problem = replay_problem(result_of(args.record_for), replay)
     if problem:
       parser.exit(2, f"evaluate: error: --record-for {args.record_for}: {problem}\n")
   if args.max_samples is not None and args.max_samples < 1:
@@ -730,7 +733,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs.atomic_write_bytes(pathlib.Path(args.json),
                             json.dumps(util.jsonable(out), indent=1).encode())
   if args.markov:
-    write_markov_record(args.run_dir, out, record_for=args.record_for)
+    write_markov_record(args.run_dir, out, record_for=args.record_for, replay=replay)
   return 0
 
 
