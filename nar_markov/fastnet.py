@@ -10,7 +10,7 @@ pointer decoders and the message MLP with hand-written VJPs, remat with chosen s
 finished steps skipped, only what the output decoders read carried through the scan --
 is measured in docs/performance.md; the named scopes (encode,
 process, decode, ...) are what benchmarks/profile_step.py attributes time by.  Only the
-Triplet-GMPNN processor (the paper's) has a fast path; `NetConfig(impl='reference')`
+Triplet-MPNN processors (dm-clrs's triplet_gmpnn and triplet_mpnn) have a fast path; `NetConfig(impl='reference')`
 runs dm-clrs's modules as they are.
 """
 
@@ -32,6 +32,7 @@ from clrs._src import specs
 
 from nar_markov import data
 from nar_markov import model as model_lib
+from nar_markov.netconfig import FAST_PROCESSORS
 
 _Stage = specs.Stage
 _Location = specs.Location
@@ -133,23 +134,26 @@ def edge_fts_of(terms, batch_size: int, nb_nodes: int, hidden: int) -> EdgeFts:
 # -- Triplet-GMPNN on low-rank edges ---------------------------------------------
 
 
-class TripletGMPNN(hk.Module):
-  """dm-clrs's triplet_gmpnn: MPNN(use_triplets=True, gated=True, msgs_mlp_sizes=[H, H]).
+class TripletMPNN(hk.Module):
+  """dm-clrs's triplet_gmpnn and triplet_mpnn: MPNN(use_triplets=True, gated=`gated`,
+  msgs_mlp_sizes=[H, H]).
 
-  Same submodules (linear, linear_1, ..., mlp, layer_norm), so the parameters
-  are dm-clrs's; products with edge_fts and the message MLP's backward change.
+  Same submodules (linear, linear_1, ..., mlp, layer_norm, and the update gate's three
+  Linears last where `gated`), so the parameters are dm-clrs's; products with edge_fts
+  and the message MLP's backward change.
   """
 
-  def __init__(self, out_size: int, nb_triplet_fts: int, use_ln: bool,
+  def __init__(self, out_size: int, nb_triplet_fts: int, use_ln: bool, gated: bool,
                name: str = "mpnn_aggr_clrs_processor"):
     super().__init__(name=name)
     self.out_size = out_size
     self.nb_triplet_fts = nb_triplet_fts
     self.use_ln = use_ln
+    self.gated = gated
 
   def __call__(self, node_fts, edges: EdgeFts, graph_fts, hidden, residual=None):
     """`residual` (default `hidden`): what the update gate keeps, ret * u +
-    residual * (1 - u) (NetConfig.history_scope)."""
+    residual * (1 - u) (NetConfig.history_scope); unused without the gate."""
     h = self.out_size
     edge_width = edges.b.shape[0]
     residual = hidden if residual is None else residual
@@ -194,6 +198,8 @@ class TripletGMPNN(hk.Module):
     ret = jax.nn.relu(on_rows(o1, z) + on_rows(o2, msgs))
     if self.use_ln:
       ret = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(ret)
+    if not self.gated:
+      return ret, tri_msgs
     gate1, gate2 = hk.Linear(h), hk.Linear(h)
     gate3 = hk.Linear(h, b_init=hk.initializers.Constant(-3))
     gate = jax.nn.sigmoid(on_rows(gate3, jax.nn.relu(
@@ -386,7 +392,7 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
         p_3 = e_t_proj[name]
         p_e = jnp.expand_dims(p_2, -2) + p_3
         out = node_pointer_logits(p_1, p_e, *linear_params(dec[3], p_1.shape[-1]))
-        # triplet_gmpnn has no inf_bias (PGN, not PGNMask).
+        # The MPNN processors have no inf_bias (PGN, not PGNMask).
         if t == _Type.PERMUTATION_POINTER:
           out = decoders.log_sinkhorn(
               x=out, steps=10, temperature=0.1, zero_diagonal=True,
@@ -430,7 +436,7 @@ class _Pass(NamedTuple):
   spec: specs.Spec
   encs: Dict
   decs: Dict
-  processor: "TripletGMPNN"
+  processor: "TripletMPNN"
   hint_names: List[str]
   output_names: List[str]
   hints: List[probing.DataPoint]  # [T, B, ...] each
@@ -446,7 +452,7 @@ class _Pass(NamedTuple):
   def for_outputs(self, dec_in: DecoderInputs) -> DecoderInputs:
     """What the output decoders read of each trajectory's last step, carried through
     the scan: e_t's parts only for edge and node-pointer outputs, adj_mat never
-    (triplet_gmpnn has no inf_bias)."""
+    (the MPNN processors have no inf_bias)."""
     unread = {} if self.reads_e_t else {"edge_x": None, "tri_msgs": None}
     return dec_in._replace(adj_mat=None, **unread)
 
@@ -555,14 +561,14 @@ class FastNet(model_lib.Net):
                max_length: Optional[chex.Array] = None,
                collect_hints: bool = True) -> model_lib.NetOutput:
     cfg = self._config
-    if cfg.processor != "triplet_gmpnn":
-      raise ValueError("FastNet implements the triplet_gmpnn processor only; "
-                       "use NetConfig(impl='reference') for "
-                       f"{cfg.processor!r}")
+    if cfg.processor not in FAST_PROCESSORS:
+      raise ValueError(f"FastNet implements the {FAST_PROCESSORS} processors "
+                       f"only; use NetConfig(impl='reference') for {cfg.processor!r}")
     # Built here, in `Net`'s order: haiku names a module after the method that builds it,
     # and these names are `Net`'s (a checkpoint runs in either).
     encs, decs = self._construct_encoders_decoders(algorithm_index)
-    processor = TripletGMPNN(cfg.hidden_size, cfg.nb_triplet_fts, cfg.use_ln)
+    processor = TripletMPNN(cfg.hidden_size, cfg.nb_triplet_fts, cfg.use_ln,
+                            gated=cfg.processor == "triplet_gmpnn")
     p = self._prepare(features, algorithm_index, (encs, decs, processor), repred,
                       hidden_override, max_length, collect_hints)
     first_hints = [

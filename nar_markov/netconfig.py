@@ -13,7 +13,7 @@ HISTORY_POLICIES = ("full", "none", "gated")
 # (1 - u) * h(t-1), and the decoder input [x(t), h(t-1), h(t)].
 HISTORY_SCOPES = ("processor_input", "processor", "processor_decoder")
 IMPLS = ("auto", "fast", "reference")
-FAST_PROCESSORS = ("triplet_gmpnn",)
+FAST_PROCESSORS = ("triplet_gmpnn", "triplet_mpnn")
 
 
 @gin.configurable
@@ -48,7 +48,7 @@ class NetConfig:
   gate_bias_init: float = 0.0
   # How the same function is computed: 'reference' runs dm-clrs's modules as
   # they are; 'fast' is nar_markov.fastnet (same parameters, same function up
-  # to round-off, less work); 'auto' = 'fast' where it exists (triplet_gmpnn).
+  # to round-off, less work); 'auto' = 'fast' where it exists (FAST_PROCESSORS).
   impl: str = "auto"
   # Fast path, training: recompute each step's forward in the backward pass
   # instead of storing its intermediates (on CPU the stores and copies of

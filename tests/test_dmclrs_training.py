@@ -81,13 +81,13 @@ def float64_same_noise(monkeypatch, same_gumbel_noise):  # pylint: disable=unuse
     yield
 
 
-def _dm_clrs_model(spec, feedback) -> clrs.models.BaselineModel:
-  """dm-clrs examples/run.py's BaselineModel (triplet_gmpnn, encoded_decoded
-  hints, no teacher forcing, soft hint re-prediction), at the test's size."""
+def _dm_clrs_model(spec, feedback, processor) -> clrs.models.BaselineModel:
+  """dm-clrs examples/run.py's BaselineModel (encoded_decoded hints, no teacher
+  forcing, soft hint re-prediction) on `processor`, at the test's size."""
   return clrs.models.BaselineModel(
       spec=[spec], dummy_trajectory=[feedback],
       processor_factory=clrs.get_processor_factory(
-          "triplet_gmpnn", use_ln=True, nb_triplet_fts=NB_TRIPLET_FTS),
+          processor, use_ln=True, nb_triplet_fts=NB_TRIPLET_FTS),
       hidden_dim=HIDDEN, encode_hints=True, decode_hints=True,
       encoder_init="xavier_on_scalars", use_lstm=False,
       learning_rate=LEARNING_RATE, grad_clip_max_norm=GRAD_CLIP_MAX_NORM,
@@ -109,8 +109,11 @@ def _largest_difference(ours, theirs):
   return diffs[name], name
 
 
+# run.py's processor (Triplet-GMPNN, with the update gate) and the paper's Eq. 2
+# (Triplet-MPNN, without it): both have a fast path.
+@pytest.mark.parametrize("processor", model_lib.FAST_PROCESSORS)
 @pytest.mark.parametrize("algorithm", sorted(COVERS))
-def test_training_is_dm_clrs_training(algorithm, float64_same_noise):
+def test_training_is_dm_clrs_training(algorithm, processor, float64_same_noise):
   if jax.local_device_count() != 1:
     pytest.skip("dm-clrs's BaselineModel pmaps over more than one device")
   stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH,
@@ -119,12 +122,12 @@ def test_training_is_dm_clrs_training(algorithm, float64_same_noise):
   batches = [next(stream) for _ in range(STEPS)]
 
   config = model_lib.NetConfig(hidden_size=HIDDEN, history="full",
-                               nb_triplet_fts=NB_TRIPLET_FTS)
+                               processor=processor, nb_triplet_fts=NB_TRIPLET_FTS)
   assert config.fast  # the default impl is what trains the paper's runs
   ours = learner.Learner([stream.spec], [model_lib.nb_dims_of(batches[0])], config,
                      learner.make_optimizer(LEARNING_RATE, CONSTANT_LR_HORIZON,
                                           GRAD_CLIP_MAX_NORM))
-  theirs = _dm_clrs_model(stream.spec, batches[0])
+  theirs = _dm_clrs_model(stream.spec, batches[0], processor)
 
   params = jax.tree_util.tree_map(
       lambda p: jnp.asarray(p, jnp.float64),

@@ -56,16 +56,17 @@ def _losses_grads_preds(models, params, feedback, lambda_gate):
     def total(p, m=m):
       losses = m.loss(p, feedback, lambda_gate, 0, key)
       return losses.total, losses
-    grads, losses = jax.grad(total, has_aux=True)(params)
+    # Jitted, as the learner runs it (op by op, each of ~600 ops compiles alone).
+    grads, losses = jax.jit(jax.grad(total, has_aux=True))(params)
     results[impl] = (losses, grads) + tuple(m.eval_batch(params, feedback, 0, True))
   return results
 
 
-def _models(spec, feedback, history="gated"):
+def _models(spec, feedback, history="gated", processor="triplet_gmpnn"):
   out = {}
   for impl in ("reference", "fast"):
     config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4,
-                                 history=history, impl=impl)
+                                 history=history, processor=processor, impl=impl)
     out[impl] = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
                             learner.make_optimizer(1e-3, 10, 1.0))
   return out
@@ -80,11 +81,14 @@ def _assert_trees_close(a, b, rtol):
                                atol=rtol * scale)
 
 
+# Both processors with a fast path: run.py's Triplet-GMPNN and the paper's Eq. 2
+# net without the update gate, Triplet-MPNN.
 @pytest.mark.usefixtures("same_gumbel_noise")
+@pytest.mark.parametrize("processor", model_lib.FAST_PROCESSORS)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_fast_equals_reference(algorithm):
+def test_fast_equals_reference(algorithm, processor):
   spec, feedback = _batch(algorithm)
-  models = _models(spec, feedback)
+  models = _models(spec, feedback, processor=processor)
   params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
   fast_params = models["fast"].init(jax.random.PRNGKey(0), [feedback.features])
   # Same parameters, and the same initial values for a seed.
@@ -194,11 +198,12 @@ def test_edge_pointer_logits_vjp_matches_autodiff():
   _assert_vjp_is_autodiff(fastnet.edge_pointer_logits, naive, (pred, pred_2, w, b), g)
 
 
-def test_fast_needs_triplet_gmpnn():
+def test_fast_exists_for_the_triplet_mpnn_processors_only():
   with pytest.raises(ValueError, match="impl='fast' exists for"):
     model_lib.NetConfig(processor="mpnn", impl="fast")
   assert not model_lib.NetConfig(processor="mpnn").fast
   assert model_lib.NetConfig().fast
+  assert model_lib.NetConfig(processor="triplet_mpnn").fast
 
 
 def test_node_pointer_logits_vjp_matches_autodiff():
