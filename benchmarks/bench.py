@@ -10,7 +10,8 @@ For each algorithm, three measurements of the paper's baseline (our
 `learner.Learner` with `NetConfig(history='full')` -- the default impl, i.e. the
 fast path of nar_markov.fastnet -- and `learner.make_optimizer`) and of
 `clrs.models.BaselineModel` built as `clrs/examples/run.py` builds it
-(triplet_gmpnn with layer norm and 8 triplet features, hints encoded and
+(triplet_gmpnn -- or `--processor triplet_mpnn` on both sides -- with layer norm and
+8 triplet features, hints encoded and
 decoded, no teacher forcing, soft hint re-prediction, xavier_on_scalars, no
 LSTM, no dropout, one message-passing step, lr 1.5e-3, clipping at 1.0):
 
@@ -111,6 +112,9 @@ DEFAULT_ALGORITHMS = ("bfs", "insertion_sort", "dfs", "floyd_warshall",
 LEARNING_RATE = 1.5e-3
 GRAD_CLIP_MAX_NORM = 1.0
 NB_TRIPLET_FTS = 8
+# The processor of both sides (`--processor`): run.py's triplet_gmpnn, or the paper's Eq. 2
+# net without the update gate, triplet_mpnn (both have our fast path).
+PROCESSOR = "triplet_gmpnn"
 PROTOCOL_TRAIN_STEPS = 10_000  # horizon of our cosine decay
 PROTOCOL_EVAL_EVERY_STEPS = 50 # run.py's eval_every (ours: Protocol.eval_every_steps)
 CLRS_TEST_BATCH_SIZE = 32      # run.py's test_batch_size
@@ -174,7 +178,7 @@ def ours_batch(algorithm: str, feedback: clrs.Feedback) -> clrs.Feedback:
 def ours_model(algorithm: str, nb_dims, hidden: int) -> learner.Learner:
   """Our baseline's model, as run_experiment builds it."""
   config = model_lib.NetConfig(hidden_size=int(hidden), history="full",
-                               processor="triplet_gmpnn", use_ln=True,
+                               processor=PROCESSOR, use_ln=True,
                                nb_triplet_fts=NB_TRIPLET_FTS,
                                nb_msg_passing_steps=1,
                                encoder_init="xavier_on_scalars")
@@ -199,7 +203,7 @@ def build_clrs(spec, dummy_feedback, hidden: int, init_seed: int):
     raise RuntimeError("dm-clrs BaselineModel needs exactly one local JAX "
                        f"device, found {jax.local_device_count()}")
   processor_factory = clrs.get_processor_factory(
-      "triplet_gmpnn", use_ln=True, nb_triplet_fts=NB_TRIPLET_FTS, nb_heads=1)
+      PROCESSOR, use_ln=True, nb_triplet_fts=NB_TRIPLET_FTS, nb_heads=1)
   model = clrs.models.BaselineModel(
       spec=[spec], dummy_trajectory=[dummy_feedback],
       processor_factory=processor_factory, hidden_dim=int(hidden),
@@ -696,7 +700,7 @@ class _Worker:
     self._tmp = tempfile.TemporaryDirectory(prefix="nar_markov_bench_")
     self._out = pathlib.Path(self._tmp.name) / "result.json"
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", kind,
-           "--impl", impl, "--algorithms", algorithm,
+           "--impl", impl, "--algorithms", algorithm, "--processor", PROCESSOR,
            "--worker-out", str(self._out)]
     for key, value in kwargs.items():
       if value is None:  # the worker's default
@@ -892,7 +896,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
           "grad_clip_max_norm": GRAD_CLIP_MAX_NORM,
           "ours_lr_schedule": f"cosine over {PROTOCOL_TRAIN_STEPS} steps",
           "clrs_lr_schedule": "constant",
-          "processor": "triplet_gmpnn", "use_ln": True,
+          "processor": PROCESSOR, "use_ln": True,
           "nb_triplet_fts": NB_TRIPLET_FTS, "nb_msg_passing_steps": 1,
           "hint_mode": "encoded_decoded", "hint_teacher_forcing": 0.0,
           "hint_repred_mode": "soft", "encoder_init": "xavier_on_scalars",
@@ -1008,6 +1012,8 @@ def _parser() -> argparse.ArgumentParser:
                  help="largest dm-clrs edge-pointer decoder tensor in a test "
                       "batch; above it the batch is timed smaller and scaled")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--processor", choices=model_lib.FAST_PROCESSORS, default=PROCESSOR,
+                 help="the processor of both sides (default: run.py's %(default)s)")
   p.add_argument("--table", metavar="REPORT_JSON", default=None,
                  help="print the markdown table of a report already measured; "
                       "measure nothing")
@@ -1025,6 +1031,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = _parser().parse_args(argv)
+  global PROCESSOR  # pylint: disable=global-statement
+  PROCESSOR = args.processor
   if args.table:
     print(markdown_table(json.loads(pathlib.Path(args.table).read_text())))
     return 0
