@@ -19,7 +19,8 @@ results), and replaces --out as a whole (a fresh folder next to it takes its pla
   lambdas.csv           per gated run: lambda_gate, lambda_reading, lambda_calibration
   reproduction.csv/.md  ours vs the paper per cell: Δ, within ±2σ, seeds, steps
   comparison.md         ours next to the paper, one row per algorithm with results
-  figures/<alg>_{train_loss,hint_step_loss,hidden_norm}.{png,pdf}   with --figures
+  figures/<alg>_{train_loss,val_score,hint_step_loss,hidden_norm,gate}.{png,pdf} and
+  figures/ours_vs_paper.{png,pdf}  with --figures (analysis.figures; gate: gated runs only)
 --paper prints the paper's mean next to ours in every cell of Tables 1, 7, 8 and adds the
 paper's columns (literature baselines included) to Table 2. Works when run by path from any
 directory and as a module (`from analysis import make_tables; make_tables.make_all(...)`).
@@ -313,6 +314,7 @@ def _make_all_into(out, runs, *, problems, n_files, n_calibration, figures, pape
     from analysis import figures as figures_lib  # matplotlib only when asked for
 
     written += figures_lib.make_figures(runs, figures, out / "figures")
+    written += figures_lib.plot_ours_vs_paper(agg, paper_df, out / "figures")
 
   n_diverged = int(agg["n_diverged"].sum()) if len(agg) else 0
   n_unscored = int((agg["n_runs"] - agg["n_seeds"]).sum()) if len(agg) else 0

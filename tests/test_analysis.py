@@ -588,10 +588,12 @@ def test_cli_by_path_from_another_directory(tmp_path):
   assert (out / "three_models.tex").read_bytes() == (
     GOLDEN / "paper" / "three_models.tex"
   ).read_bytes()
-  for kind in ("train_loss", "hint_step_loss", "hidden_norm"):
-    assert (out / "figures" / f"floyd_warshall_{kind}.png").read_bytes()[:4] == b"\x89PNG"
-    assert (out / "figures" / f"floyd_warshall_{kind}.pdf").read_bytes()[:4] == b"%PDF"
-  assert len(list((out / "figures").iterdir())) == 6
+  names = [f"floyd_warshall_{kind}" for kind in ("train_loss", "val_score", "hint_step_loss",
+                                                  "hidden_norm", "gate")] + ["ours_vs_paper"]
+  for name in names:
+    assert (out / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "figures" / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
+  assert len(list((out / "figures").iterdir())) == 2 * len(names)
 
 
 def test_cli_rejects_an_unknown_algorithm(tmp_path):
