@@ -702,8 +702,9 @@ def test_figures_skip_runs_without_curves(loaded, tmp_path):
       del r["curves"]
   paths = figures.make_figures(runs, ["bfs", "dfs"], tmp_path)
   assert sorted(p.name for p in paths) == sorted(
-    f"bfs_{k}.{e}" for k in ("train_loss", "hint_step_loss", "hidden_norm") for e in ("png", "pdf")
-  )
+    f"bfs_{k}.{e}" for k in ("train_loss", "val_score", "hint_step_loss", "hidden_norm")
+    for e in ("png", "pdf")
+  )  # no bfs_gate: the one gated label of bfs has no curves
 
 
 @needs_pdflatex
@@ -896,8 +897,8 @@ def test_figures_draw_every_label_found(extended):
   assert {p.name for p in written if p.suffix == ".png"} == {
     f"{a}_{k}.png"
     for a in ("bfs", "floyd_warshall", "insertion_sort")
-    for k in ("train_loss", "hint_step_loss", "hidden_norm")
-  }
+    for k in ("train_loss", "val_score", "hint_step_loss", "hidden_norm", "gate")
+  } | {"ours_vs_paper.png"}
   runs, _ = results_lib.split_calibration(_quiet_load(root)[0])
   by_model = figures._runs_by_model(runs, "bfs")
   assert list(by_model) == ["baseline", "gforget", "gforget_constant", "mystery"]
