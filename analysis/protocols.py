@@ -50,8 +50,6 @@ def _plain(value):
     return tuple(_plain(v) for v in value)
   if isinstance(value, dict):
     return tuple(sorted((k, _plain(v)) for k, v in value.items()))
-  if isinstance(value, float) and value.is_integer() and not isinstance(value, bool):
-    return value
   return value
 
 
