@@ -3,16 +3,26 @@
   <alg>_train_loss      total training loss over steps (curves.train), one line per model
                         label: mean over seeds with a ± std band and each seed as a thin
                         line (paper Fig. 5 left / Fig. 10a), lightly smoothed as there.
+  <alg>_val_score       validation score over training (curves.val.score), per model label:
+                        mean over seeds with a ± std band (the curve the best checkpoint is
+                        chosen on).
   <alg>_hint_step_loss  training hint loss per execution step t at a few checkpoints (early,
-                        middle, last logged entry of curves.hint_step_loss; paper Fig. 10b).
+                        middle, last logged entry of curves.hint_step_loss; paper Fig. 10b);
+                        each panel its own y axis.
   <alg>_hidden_norm     ||h(t-1)||/sqrt(d) on validation (gated: ||g*h||/sqrt(d)) over
                         training (curves.val.hidden_norm; paper Figs. 5 right, 7, 8): the
                         evidence for lambda, e.g. gforget vs gforget_constant vs baseline.
+  <alg>_gate            the gated labels only, side by side: the gate term sum ||g|| the
+                        penalty acts on (curves.train.gate_term, training) and ||g*h||/sqrt(d)
+                        (curves.val.hidden_norm, validation) -- the paper's Figs. 5 and 8.
+  ours_vs_paper         (make_tables, from the aggregate) per algorithm with results: our
+                        mean ± std next to the paper's mean ± σ, per paper model.
 Every model label found gets a line (labels.sort_models order; the lambda calibration runs are
 left out by make_tables): a paper model in its colour, a variant of it (gforget_constant) in
-the same colour dashed, a multi-task model dotted. Each figure is written as PNG and PDF. Seeds
-are put on a common step grid by linear interpolation (runs that stopped early, e.g. diverged,
-only cover their own range).
+the same colour dashed, a multi-task model dotted. One legend per figure, outside the axes
+(it never covers a curve). Each figure is written as PNG and PDF with no date or version in
+its metadata, so that the same runs give the same bytes. Seeds are put on a common step grid
+by linear interpolation (runs that stopped early, e.g. diverged, only cover their own range).
 """
 
 import itertools
@@ -22,6 +32,7 @@ import warnings
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on cluster nodes
+import matplotlib.figure  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -171,14 +182,40 @@ def labelled_path(flag):
   return parse
 
 
+# No creation date (PDF) and no writer version (PNG, PDF): regenerated figures are byte-equal.
+METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None,
+                                               "Creator": None}}
+
+
+def savefig(fig, path):
+  """Write `fig` to `path` (.png or .pdf) with no date or version in it; returns the path."""
+  path = pathlib.Path(path)
+  ext = path.suffix.lstrip(".")
+  fig.savefig(path, dpi=150, bbox_inches="tight", metadata=METADATA[ext])
+  return path
+
+
 def save_figure(fig, out_dir, name):
-  paths = []
-  for ext in ("png", "pdf"):
-    path = pathlib.Path(out_dir) / f"{name}.{ext}"
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    paths.append(path)
+  paths = [savefig(fig, pathlib.Path(out_dir) / f"{name}.{ext}") for ext in ("png", "pdf")]
   plt.close(fig)
   return paths
+
+
+def outside_legend(where, handles=None, labels_=None):
+  """One legend right of the axes (`where`: an Axes, or a Figure for several panels), each
+  label once, in the order first drawn."""
+  if handles is None:
+    handles, labels_ = where.get_legend_handles_labels()
+  seen = {}
+  for h, lab in zip(handles, labels_):
+    seen.setdefault(lab, h)
+  if not seen:
+    return
+  kwargs = dict(fontsize=7, frameon=False, loc="upper left")
+  if isinstance(where, matplotlib.figure.Figure):
+    where.legend(list(seen.values()), list(seen), bbox_to_anchor=(1.0, 0.95), **kwargs)
+  else:
+    where.legend(list(seen.values()), list(seen), bbox_to_anchor=(1.02, 1.0), **kwargs)
 
 
 def plot_train_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
@@ -192,7 +229,7 @@ def plot_train_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
     ylabel="training loss",
     title=f"{categories.plain_name(algorithm)}: training loss",
   )
-  ax.legend(fontsize=8)
+  outside_legend(ax)
   ax.grid(alpha=0.3)
   return save_figure(fig, out_dir, f"{algorithm}_train_loss")
 
@@ -209,7 +246,7 @@ def plot_hidden_norm(runs, algorithm, out_dir, models=FIGURE_MODELS):
     title=f"{categories.plain_name(algorithm)}: history norm (validation)",
   )
   ax.set_ylim(bottom=-0.03 * ax.get_ylim()[1])  # keep an all-zero ForgetNet line visible
-  ax.legend(fontsize=8)
+  outside_legend(ax)
   ax.grid(alpha=0.3)
   return save_figure(fig, out_dir, f"{algorithm}_hidden_norm")
 
@@ -230,7 +267,10 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
   longest = max((steps for es in entries.values() for steps, _ in es), key=len)
   checkpoints = sorted({longest[int(round(f * (len(longest) - 1)))] for f in CHECKPOINT_FRACTIONS})
   n = len(checkpoints)
-  fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.2), sharey=True, squeeze=False)
+  # Each panel its own y axis: the loss falls by orders of magnitude over training, and a
+  # shared axis flattens the late panels.
+  fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.2), sharey=False, squeeze=False)
+  n_seeds = {m: len(e) for m, e in entries.items()}
   style = styles(entries)
   for ax, step in zip(axes[0], checkpoints):
     for model, model_entries in entries.items():
@@ -251,7 +291,7 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
         markersize=3,
         color=style[model][0],
         linestyle=style[model][1],
-        label=f"{display(model)} ({_seeds(len(curves))})",
+        label=f"{display(model)} ({_seeds(n_seeds[model])})",
       )
       ax.fill_between(
         t,
@@ -263,14 +303,103 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
       )
     ax.set(xlabel="execution step $t$", title=f"training step {step:.0f}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+  handles, names = [], []
+  for ax in axes[0]:
+    h, lab = ax.get_legend_handles_labels()
+    handles += h
+    names += lab
+  outside_legend(fig, handles, names)
   axes[0][0].set_ylabel("hint loss at step $t$")
   fig.suptitle(f"{categories.plain_name(algorithm)}: training hint loss per execution step", y=1.02)
   return save_figure(fig, out_dir, f"{algorithm}_hint_step_loss")
 
 
+def plot_val_score(runs, algorithm, out_dir, models=FIGURE_MODELS):
+  """Validation score over training per model label, mean ± std over seeds."""
+  by_model = _runs_by_model(runs, algorithm, models)
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  if not _curve_plot(ax, by_model, "val", "score"):
+    plt.close(fig)
+    return []
+  ax.set(xlabel="training step", ylabel="validation score (micro-F1)",
+         title=f"{categories.plain_name(algorithm)}: validation score")
+  outside_legend(ax)
+  ax.grid(alpha=0.3)
+  return save_figure(fig, out_dir, f"{algorithm}_val_score")
+
+
+def plot_gate(runs, algorithm, out_dir, models=FIGURE_MODELS):
+  """The gated labels' gate term sum ||g|| (training, what the penalty acts on) beside
+  ||g*h||/sqrt(d) (validation), over training; [] without a gated run."""
+  by_model = {m: rs for m, rs in _runs_by_model(runs, algorithm, models).items()
+              if any(r.get("history") == "gated" for r in rs)}
+  if not by_model:
+    return []
+  fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+  drawn = _curve_plot(left, by_model, "train", "gate_term", smooth_frac=0.02, log=True)
+  drawn = _curve_plot(right, by_model, "val", "hidden_norm") or drawn
+  if not drawn:
+    plt.close(fig)
+    return []
+  left.set(xlabel="training step", ylabel=r"gate term $\sum\|g\|$ (training)",
+           title=r"$\|g\|$: what the penalty acts on")
+  right.set(xlabel="training step", ylabel=r"$\|g\odot h^{(t-1)}\|/\sqrt{d}$ (validation)",
+            title=r"$\|g\odot h\|$: the history that gets through")
+  right.set_ylim(bottom=0)
+  for ax in (left, right):
+    ax.grid(alpha=0.3)
+  h1, l1 = left.get_legend_handles_labels()
+  h2, l2 = right.get_legend_handles_labels()
+  outside_legend(fig, h1 + h2, l1 + l2)
+  fig.suptitle(f"{categories.plain_name(algorithm)}: the gate over training", y=1.02)
+  return save_figure(fig, out_dir, f"{algorithm}_gate")
+
+
+OURS_VS_PAPER_MODELS = ("baseline", "forget", "gforget", "gforget_nopenalty")
+
+
+def plot_ours_vs_paper(agg, paper, out_dir, name="ours_vs_paper"):
+  """Per algorithm with results, per paper model (OURS_VS_PAPER_MODELS present in `agg`):
+  our mean ± std over seeds (filled) beside the paper's mean ± σ (hollow). agg:
+  results.aggregate(); paper: paper.load_paper_results(). [] without such results."""
+  from analysis import paper as paper_lib
+
+  models = [m for m in OURS_VS_PAPER_MODELS if (agg["model"] == m).any()]
+  algorithms = [a for a in categories.PAPER_ORDER
+                if ((agg["algorithm"] == a) & agg["model"].isin(models)).any()]
+  if not algorithms:
+    return []
+  fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(algorithms) + 1.5), 3.6))
+  width = 0.8 / len(models)
+  style = styles(models)
+  for i, m in enumerate(models):
+    ours = {r.algorithm: r for r in agg[agg["model"] == m].itertuples()}
+    theirs = paper_lib.paper_cells(paper, m)
+    for j, a in enumerate(algorithms):
+      x = j - 0.4 + width * (i + 0.5)
+      if a in ours and np.isfinite(ours[a].mean_pct):
+        r = ours[a]
+        ax.errorbar(x - width * 0.18, r.mean_pct, yerr=np.nan_to_num(r.std_pct), fmt="o",
+                    color=style[m][0], ms=4, capsize=2, label=f"{display(m)}: ours")
+      if a in theirs:
+        mean, sd = theirs[a]
+        ax.errorbar(x + width * 0.18, mean, yerr=sd, fmt="s", mfc="white",
+                    color=style[m][0], ms=4, capsize=2, label=f"{display(m)}: paper")
+  ax.set_xticks(range(len(algorithms)))
+  ax.set_xticklabels([categories.plain_name(a) for a in algorithms], rotation=20, ha="right",
+                     fontsize=8)
+  ax.set(ylabel="OOD test micro-F1 (%)",
+         title="ours (mean ± std over seeds) against the paper (mean ± σ, 10 seeds)")
+  ax.grid(alpha=0.3, axis="y")
+  outside_legend(ax)
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  return save_figure(fig, out_dir, name)
+
+
 def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):
-  """All three figures for each algorithm; returns the written paths.
+  """The per-algorithm figures of the module docstring for each algorithm; returns the
+  written paths.
 
   models: the labels to draw (None: every label in `runs`). An algorithm without curves for
   any model gets no figure and a printed note.
@@ -281,8 +410,10 @@ def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):
   for algorithm in algorithms:
     paths = (
       plot_train_loss(runs, algorithm, out_dir, models)
+      + plot_val_score(runs, algorithm, out_dir, models)
       + plot_hint_step_loss(runs, algorithm, out_dir, models)
       + plot_hidden_norm(runs, algorithm, out_dir, models)
+      + plot_gate(runs, algorithm, out_dir, models)
     )
     if not paths:
       print(f"figures: no curves for {algorithm}; skipped")
@@ -290,4 +421,4 @@ def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):
   return written
 
 
-__all__ = ["make_figures", "band", "smooth", "styles"]
+__all__ = ["make_figures", "plot_ours_vs_paper", "band", "smooth", "styles", "savefig"]

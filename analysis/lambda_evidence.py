@@ -7,7 +7,8 @@
 Writes `lambda_evidence.md` (per algorithm and reading: λ, the penalty's share reached,
 every search trial of the 'constant' reading; the test scores of baseline / gforget /
 gforget_constant) and `<algorithm>_gate_norm.png`: the validation hidden-state norm over
-training (paper Fig. 5) of the baseline, G-ForgetNet under each reading, and the
+training (paper Fig. 5; one legend entry per model, outside the axes; no date or version in
+the file, so the same results give the same bytes) of the baseline, G-ForgetNet under each reading, and the
 'constant' search's trial 0 -- λ = L/G of λ = 0 training applied from step 0, which is this
 project's earlier reading of the heuristic ("old calibration").
 """
@@ -17,10 +18,12 @@ import json
 import pathlib
 import sys
 
-import matplotlib
+if __package__ in (None, ""):  # run by path: make `analysis` importable from the repo root
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from analysis import figures  # noqa: E402  (matplotlib, Agg)
+
+plt = figures.plt
 
 MODELS = (("baseline", "baseline", "tab:blue", "-"),
           ("gforget", "G-ForgetNet, schedule reading", "tab:green", "-"),
@@ -103,9 +106,11 @@ def plot(results, algorithm, out_dir):
   fig, ax = plt.subplots(figsize=(6, 3.6))
   drawn = 0
   for model, label, color, style in MODELS:
-    for r in runs(results, model, algorithm):
+    found = runs(results, model, algorithm)
+    for i, r in enumerate(found):  # one legend entry per model, not per seed
       val = r["curves"]["val"]
-      ax.plot(val["step"], val["hidden_norm"], color=color, ls=style, label=label)
+      ax.plot(val["step"], val["hidden_norm"], color=color, ls=style,
+              label=f"{label} ({len(found)} seed{'s' * (len(found) != 1)})" if i == 0 else None)
       drawn += 1
   rec = records(results).get(("constant", algorithm))
   if rec:
@@ -125,10 +130,8 @@ def plot(results, algorithm, out_dir):
   ax.set_xlabel("training step")
   ax.set_ylabel("hidden-state norm (validation)")
   ax.set_title(algorithm)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  path = pathlib.Path(out_dir) / f"{algorithm}_gate_norm.png"
-  fig.savefig(path, dpi=120)
+  figures.outside_legend(ax)  # right of the axes: it never covers a curve
+  path = figures.savefig(fig, pathlib.Path(out_dir) / f"{algorithm}_gate_norm.png")
   plt.close(fig)
   return path
 

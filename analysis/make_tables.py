@@ -1,7 +1,8 @@
 """results/ -> the paper's tables (LaTeX), seed counts, a reproduction report and figures.
 
     python analysis/make_tables.py --results results --out tables [--paper] \
-        [--figures floyd_warshall,activity_selector] [--expected-seeds 10]
+        [--figures floyd_warshall,activity_selector] [--expected-seeds 10] \
+        [--split-by train_steps,hidden_size | --allow-mixed]
 
 Reads every **/result.json under --results (schema nar_markov.result/1), reports corrupt or
 partial files by path and leaves them out, sets the lambda calibration runs apart (not
@@ -18,12 +19,20 @@ results), and replaces --out as a whole (a fresh folder next to it takes its pla
   lambdas.csv           per gated run: lambda_gate, lambda_reading, lambda_calibration
   reproduction.csv/.md  ours vs the paper per cell: Δ, within ±2σ, seeds, steps
   comparison.md         ours next to the paper, one row per algorithm with results
-  figures/<alg>_{train_loss,hint_step_loss,hidden_norm}.{png,pdf}   with --figures
+  figures/<alg>_{train_loss,val_score,hint_step_loss,hidden_norm,gate}.{png,pdf} and
+  figures/ours_vs_paper.{png,pdf}  with --figures (analysis.figures; gate: gated runs only)
 --paper prints the paper's mean next to ours in every cell of Tables 1, 7, 8 and adds the
 paper's columns (literature baselines included) to Table 2. Works when run by path from any
 directory and as a module (`from analysis import make_tables; make_tables.make_all(...)`).
-Errors are one line on stderr: bad arguments or no runs to tabulate (exit 2, nothing
-written), an --out that cannot be written, e.g. read-only or a full disk (exit 1, the old
+Runs of different protocols (training steps, schedule, batch, learning rate, train sizes,
+validation mode, hidden size, processor, ...: analysis.protocols) are never put in one
+table unless asked: --split-by SETTING,... writes one table set per group into
+--out/<setting=value,...>/, --allow-mixed one table of them all; without either a mixed
+--results is refused with the groups it holds. Duplicate runs (same model, algorithm, seed
+and protocol under two paths) are left out with a warning each and one closing line that
+says what to do.
+Errors are one line on stderr: bad arguments, no runs to tabulate or mixed protocols
+(exit 2, nothing written), an --out that cannot be written, e.g. read-only or a full disk (exit 1, the old
 --out left as it was).
 """
 
@@ -41,6 +50,7 @@ if __package__ in (None, ""):  # run by path: make `analysis` importable from th
 from analysis import categories  # noqa: E402
 from analysis import labels  # noqa: E402
 from analysis import paper as paper_lib  # noqa: E402
+from analysis import protocols  # noqa: E402
 from analysis import report  # noqa: E402
 from analysis import results as results_lib  # noqa: E402
 from analysis import tables  # noqa: E402
@@ -58,6 +68,10 @@ MARKER = ".made-by-make_tables"
 
 class NoRuns(ValueError):
   """--results holds no run to put in a table."""
+
+
+class MixedProtocols(ValueError):
+  """--results holds runs of different protocols and no way to split them was given."""
 
 
 def _write(path, text, written):
@@ -101,41 +115,54 @@ def replace_dir(new, out):
   shutil.rmtree(old, ignore_errors=True)
 
 
-def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=None, log=print):
+def _protocol_identity(run):
+  return tuple(sorted(protocols.protocol(run).items()))
+
+
+def table_sets(runs, results_dir, *, split_by=None, allow_mixed=False):
+  """[(subfolder, runs)]: one table set of `runs` ('' for --out itself), or one per group of
+  the protocol settings `split_by` (subfolders named by them, e.g. 'train_steps=1500').
+  MixedProtocols unless each set holds runs of one protocol or allow_mixed."""
+  if split_by is None:
+    groups = protocols.protocol_groups(runs)
+    if len(groups) > 1 and not allow_mixed:
+      raise MixedProtocols(
+        f"--results {results_dir} holds runs of {len(groups)} protocols "
+        f"({protocols.describe(groups)}); pass --split-by {','.join(protocols.differing(groups))} "
+        "for one table set per protocol, or --allow-mixed for one table of them all"
+      )
+    return [("", runs)]
+  sets = []
+  for group in protocols.protocol_groups(runs, split_by):
+    name = protocols.group_name(group, split_by)
+    inner = protocols.protocol_groups(group.runs)
+    if len(inner) > 1 and not allow_mixed:
+      raise MixedProtocols(
+        f"--split-by {','.join(split_by)} leaves runs of {len(inner)} protocols in {name} "
+        f"({protocols.describe(inner)}); add {','.join(protocols.differing(inner))} to "
+        "--split-by, or pass --allow-mixed"
+      )
+    sets.append((name, list(group.runs)))
+  return sorted(sets)
+
+
+def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=None,
+             split_by=None, allow_mixed=False, log=print):
   """Everything of the module docstring; returns the list of written paths.
 
   The files are written into a fresh folder next to `out_dir`, which then replaces `out_dir`
   as a whole: no file of an earlier run survives, and a failure leaves `out_dir` as it was.
-  figures: algorithm names, or "all" (those with results).
+  figures: algorithm names, or "all" (those with results). Runs of different protocols
+  (analysis.protocols) are refused (MixedProtocols) unless split_by (a list of protocol
+  settings: one table set per group, in a subfolder of `out_dir` named by them) or
+  allow_mixed (one table of them all, duplicates by (model, algorithm, seed) left out).
   """
   out = pathlib.Path(out_dir)
   check_out_dir(out, results_dir)
-  out.parent.mkdir(parents=True, exist_ok=True)
-  tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
-  try:
-    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the tables from a shared group
-    written, messages = _make_all_into(
-      tmp, results_dir, figures=figures, paper=paper, expected_seeds=expected_seeds, log=log
-    )
-    (tmp / MARKER).write_text("analysis/make_tables.py output; replaced as a whole\n")
-    replace_dir(tmp, out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
-  for m in messages:
-    log(m)
-  log(f"wrote {len(written)} files to {out}")
-  return [out / p.relative_to(tmp) for p in written]
-
-
-def _make_all_into(out, results_dir, *, figures, paper, expected_seeds, log):
-  """make_all's files, written into the (fresh) folder `out`; (paths, closing messages)."""
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", results_lib.ResultWarning)  # logged below instead
-    all_runs, problems = results_lib.load_runs(results_dir)
+    all_runs, problems = results_lib.load_runs(results_dir, identity=_protocol_identity)
   n_files = len(all_runs) + len(problems)
-  for p in problems:
-    log(f"warning: left out {os.path.join(results_dir, p)}")  # p: 'path: reason'
   runs, calibration = results_lib.split_calibration(all_runs)
   if not runs:
     # Six empty tables would look like output; say instead that there is nothing to show.
@@ -143,8 +170,50 @@ def _make_all_into(out, results_dir, *, figures, paper, expected_seeds, log):
       f"no runs to tabulate under --results {results_dir} ({n_files} result.json files, "
       f"{len(problems)} left out, {len(calibration)} lambda calibration runs); nothing written"
     )
+  sets = table_sets(runs, results_dir, split_by=split_by, allow_mixed=allow_mixed)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
+  written, messages = [], []
+  try:
+    for name, set_runs in sets:
+      set_runs, duplicates = results_lib.drop_duplicates(set_runs)  # only when mixed
+      folder = tmp / name if name else tmp
+      folder.mkdir(exist_ok=True)
+      os.chmod(folder, 0o755)  # mkdtemp's 0700 would hide the tables from a shared group
+      w, m = _make_all_into(
+        folder, set_runs, problems=problems + duplicates, n_files=n_files,
+        n_calibration=len(calibration), figures=figures, paper=paper,
+        expected_seeds=expected_seeds,
+      )
+      written += w
+      messages += [f"{name}: {x}" if name else x for x in m]
+      problems += duplicates
+    (tmp / MARKER).write_text("analysis/make_tables.py output; replaced as a whole\n")
+    replace_dir(tmp, out)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  for p in problems:
+    log(f"warning: left out {os.path.join(results_dir, p)}")  # p: 'path: reason'
   if calibration:
     log(f"{len(calibration)} lambda calibration runs: not results, left out of the tables")
+  for m in messages:
+    log(m)
+  n_duplicates = sum(f": {results_lib.DUPLICATE} " in p for p in problems)
+  if n_duplicates:
+    log(f"{n_duplicates} duplicate runs left out (the same model, algorithm, seed and "
+        "protocol under two paths; the first in path order is in the tables): point --results "
+        "at one sweep's folder, or move the copies you do not want under an _archive/ folder")
+  log(f"wrote {len(written)} files to {out}")
+  return [out / p.relative_to(tmp) for p in written]
+
+
+def _make_all_into(out, runs, *, problems, n_files, n_calibration, figures, paper,
+                   expected_seeds):
+  """make_all's files of `runs` (one protocol, or mixed by request), written into the
+  (fresh) folder `out`; (paths, closing messages)."""
+  messages = []
+  log = messages.append
   long = results_lib.to_long(runs)
   agg = results_lib.aggregate(long)
   paper_df = paper_lib.load_paper_results()
@@ -231,7 +300,7 @@ def _make_all_into(out, results_dir, *, figures, paper, expected_seeds, log):
       problems=problems,
       agg=agg,
       skipped_models=skipped,
-      n_calibration=len(calibration),
+      n_calibration=n_calibration,
       lambdas=lambdas,
     ),
     written,
@@ -245,10 +314,11 @@ def _make_all_into(out, results_dir, *, figures, paper, expected_seeds, log):
     from analysis import figures as figures_lib  # matplotlib only when asked for
 
     written += figures_lib.make_figures(runs, figures, out / "figures")
+    written += figures_lib.plot_ours_vs_paper(agg, paper_df, out / "figures")
 
   n_diverged = int(agg["n_diverged"].sum()) if len(agg) else 0
   n_unscored = int((agg["n_runs"] - agg["n_seeds"]).sum()) if len(agg) else 0
-  messages = [
+  messages += [
     f"{len(runs)} runs from {n_files} result.json files ({len(problems)} left out); "
     f"{n_diverged} diverged runs (counted with their test score where they have one"
     + (f"; {n_unscored} without one" if n_unscored else "")
@@ -267,6 +337,27 @@ def parse_algorithms(text, runs_algorithms=()):
   return names
 
 
+def _positive_int(text):
+  try:
+    n = int(text)
+  except ValueError:
+    n = 0
+  if n < 1:
+    raise argparse.ArgumentTypeError(f"wants a number of seeds >= 1, got {text!r}")
+  return n
+
+
+def parse_split_by(text):
+  """--split-by's setting names; ValueError (one line) for one that is not a protocol
+  setting."""
+  names = [k.strip() for k in text.split(",") if k.strip()]
+  unknown = [k for k in names if k not in protocols.PROTOCOL_KEYS]
+  if not names or unknown:
+    raise ValueError(f"--split-by {text!r}: {', '.join(unknown) or 'no setting'} is not a "
+                     "protocol setting; valid: " + ", ".join(protocols.PROTOCOL_KEYS))
+  return list(dict.fromkeys(names))
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(
     description=__doc__.split("\n\n")[0],
@@ -280,8 +371,19 @@ def main(argv=None):
   )
   parser.add_argument("--paper", action="store_true", help="print the paper's numbers next to ours")
   parser.add_argument(
+    "--split-by",
+    default=None,
+    help="comma-separated protocol settings (e.g. train_steps,hidden_size): one table set "
+    "per group, in a subfolder of --out named by them; valid: " + ", ".join(protocols.PROTOCOL_KEYS),
+  )
+  parser.add_argument(
+    "--allow-mixed",
+    action="store_true",
+    help="put runs of different protocols in one table (refused by default)",
+  )
+  parser.add_argument(
     "--expected-seeds",
-    type=int,
+    type=_positive_int,
     default=None,
     help="N for the [n] marks of cells with fewer seeds (default: the most "
     "seeds any cell of the table has)",
@@ -297,8 +399,11 @@ def main(argv=None):
       figures = parse_algorithms(args.figures)
     except ValueError as e:
       parser.error(str(e))
+  split_by = None
   try:
     check_out_dir(args.out, args.results)
+    if args.split_by is not None:
+      split_by = parse_split_by(args.split_by)
   except ValueError as e:
     parser.error(str(e))
   try:
@@ -308,9 +413,11 @@ def main(argv=None):
       figures=figures,
       paper=args.paper,
       expected_seeds=args.expected_seeds,
+      split_by=split_by,
+      allow_mixed=args.allow_mixed,
       log=lambda m: print(m, file=sys.stderr),
     )
-  except NoRuns as e:
+  except (NoRuns, MixedProtocols) as e:
     print(f"make_tables.py: error: {e}", file=sys.stderr)
     return 2
   except OSError as e:  # a read-only --out, a full disk: the old --out is left as it was

@@ -47,14 +47,19 @@ def validate(result):
   return runs_lib.result_problems(result, algorithms=categories.ALGORITHMS)
 
 
-def load_runs(results_dir):
+DUPLICATE = "duplicate of"
+
+
+def load_runs(results_dir, identity=None):
   """Valid runs under `results_dir` (sorted by path) and the problems found, by path.
 
   Returns (runs, problems): runs are the parsed dicts plus a 'path' key (relative to
   results_dir, POSIX); problems is a list of 'relpath: reason' strings, also emitted as
   ResultWarning. A duplicate (model, algorithm, seed) keeps the first path in sorted order;
-  lambda calibration runs (labels.is_calibration) are kept apart from that check (they are
-  not results, and each reading of the heuristic has its own).
+  identity: a function of a result whose value joins that key (make_tables passes the
+  protocol, so that runs of two protocols are two runs, not duplicates). Lambda calibration
+  runs (labels.is_calibration) are kept apart from that check (they are not results, and
+  each reading of the heuristic has its own).
   """
   root = pathlib.Path(results_dir)
   if not root.is_dir():
@@ -73,10 +78,12 @@ def load_runs(results_dir):
       problems.append(f"{rel}: " + "; ".join(reasons))
       continue
     key = (result["model"], result["algorithm"], result["seed"])
+    if identity is not None:
+      key += (identity(result),)
     if labels.is_calibration(dict(result, path=rel)):
       key = (rel,)
     if key in seen:
-      problems.append(f"{rel}: duplicate of {seen[key]} (model, algorithm, seed) = {key}")
+      problems.append(f"{rel}: {DUPLICATE} {seen[key]} (model, algorithm, seed) = {key[:3]}")
       continue
     seen[key] = rel
     runs.append(dict(result, path=rel))
@@ -163,6 +170,20 @@ def aggregate(long, metric="test_score"):
       }
     )
   return pd.DataFrame(out, columns=columns)
+
+
+def drop_duplicates(runs):
+  """(runs with one per (model, algorithm, seed), the first in path order; problems for
+  the others, as load_runs words them)."""
+  kept, problems, seen = [], [], {}
+  for r in sorted(runs, key=lambda r: r["path"]):
+    key = (r["model"], r["algorithm"], r["seed"])
+    if key in seen and not labels.is_calibration(r):
+      problems.append(f"{r['path']}: {DUPLICATE} {seen[key]} (model, algorithm, seed) = {key}")
+      continue
+    seen.setdefault(key, r["path"])
+    kept.append(r)
+  return kept, problems
 
 
 def split_calibration(runs):

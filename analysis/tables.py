@@ -224,8 +224,11 @@ def comparison_table(agg, models, *, label, highlight_vs=None, paper=None, expec
   if expected_seeds is None:
     expected_seeds = expected_seeds_of(agg, models)
   cells = {m: _cells(agg, m) for m in models}
+  # The paper's number only under a column of a model the paper reports: a variant of ours
+  # (gforget_constant, gforget_adaptive, ...) has none, though it is compared with one.
   paper_means = (
-    {m: _paper_cells(paper, m) for m in models} if paper is not None else None
+    {m: _paper_cells(paper, m) if labels.paper_model(m) == m else {} for m in models}
+    if paper is not None else None
   )
 
   def row(algorithm):
@@ -265,6 +268,8 @@ def comparison_table(agg, models, *, label, highlight_vs=None, paper=None, expec
   header = ["Algorithm"] + [header_name(m) for m in models]
   colspec = "l" + "c" * len(models)
   caption = CAPTIONS[label] + _notes(agg, models, expected_seeds, paper is not None)
+  if paper is not None and any(labels.paper_model(m) != m for m in models):
+    caption += " Our variants' columns have no paper number: the paper reports no such variant."
   return _wrap(label, caption, colspec + "|" + colspec, header + header, body)
 
 
@@ -359,7 +364,9 @@ def summary_table(agg, models, *, paper=None, label="main_comparison"):
   n_all = len(categories.ALGORITHMS)
 
   def line(label_tex, row, with_std=True, counts=False):
-    row_marks = marks([v[0] for v in row])
+    # An average over k < m algorithms is not comparable with a full one: never marked.
+    row_marks = marks([mean if counts or k is None or k == n else None
+                       for mean, _, k, n in row])
     out = [label_tex]
     for (mean, std, k, n), mark in zip(row, row_marks):
       if counts:
@@ -382,7 +389,8 @@ def summary_table(agg, models, *, paper=None, label="main_comparison"):
   caption = CAPTIONS["main_comparison"]
   caption += " Ours: category averages of per-algorithm means and stds (as the paper);"
   if any(0 < k < n for row in values.values() for _, _, k, n in row if k is not None):
-    caption += " a grey superscript [k/m] marks an average over the k of m algorithms with results;"
+    caption += (" a grey superscript [k/m] marks an average over the k of m algorithms with"
+                " results, never marked as the best or second best;")
   caption += f" counts are over the {n_all} algorithms; {MISSING} marks no run."
   caption += _diverged_note(agg, models)
   if paper is not None:

@@ -1,22 +1,30 @@
-"""Does G-ForgetNet beat ForgetNet here, and ForgetNet the baseline, as in the paper? One row
-per algorithm.
+"""Does ForgetNet beat the baseline here, G-ForgetNet ForgetNet, and G-ForgetNet the
+baseline, as in the paper? One row per algorithm.
 
     python -m analysis.verdict --results results/full_insertion_sort results/full_activity_selector \
         results/full_decisive --out results/verdict
 
-Reads every run of ForgetNet (label `forget`), of one G-ForgetNet arm (`--arm`, default
-`gforget`: the default net) and of the baseline (`baseline`) under the given results folders,
-and applies the rules written down before the runs (results/full_decisive/README.md):
-  beats     G-ForgetNet's mean over the seeds both models ran is above ForgetNet's, and it is
-            above ForgetNet on at least 2 of those seeds; with fewer than 3 such seeds the
-            comparison is reported, not called;
-  Δ/σ       G-ForgetNet's mean minus the paper's, in the paper's σ (within 2: reproduces);
-  F vs B    ForgetNet beats the baseline under the same rule ("yes"); the baseline beats
-            ForgetNet under it with the two swapped ("no: the baseline beats it"); else
-            "no: neither"; fewer than 3 paired seeds: reported, not called. "As in the paper":
-            the called direction is the sign of the paper's F - B, and "neither" also is where
-            the paper's |F - B| is within both its σ (kadane's +0.90); the baseline's and
-            ForgetNet's Δ/σ to the paper beside it. An algorithm without baseline runs says so;
+Reads every run of the baseline (`baseline`), of ForgetNet (label `forget`) and of one
+G-ForgetNet arm (`--arm`, default `gforget`: the default net) under the given results
+folders, and applies the rules written down before the runs (results/full_decisive/README.md)
+to each paired comparison -- F vs B (the paper's first claim), G vs F (its second) and G vs B
+(its headline: G-ForgetNet above the baseline on all 30):
+  beats     a's mean over the seeds both models ran is above b's, and a is above b on at
+            least 2 of those seeds; with fewer than 3 such seeds the comparison is reported,
+            not called. G vs F: "yes" or "no". F vs B and G vs B, both ways round: "yes"; the
+            baseline beats it under the same rule with the two swapped ("no: the baseline
+            beats it"); else "no: neither".
+  how sure  beside every call: the paired mean difference over those seeds with its 95 %
+            interval (t distribution, n - 1 degrees of freedom) and the two-sided paired
+            t-test's p-value (analysis.stats); a call of a winner whose p is above 0.1 reads
+            "direction only", at or below it "stands".
+  as in the paper   the called direction is the sign of the paper's difference, and
+            "neither" also is where the paper's |a - b| is within both its σ (kadane's F - B
+            +0.90); G vs F: "yes" is as in the paper where the paper's G - F is positive,
+            "no" where it is not.
+  Δ/σ       each model's mean minus the paper's, in the paper's σ, in the order B, F, G
+            (within 2: reproduces). It is the distance to the paper's mean, not a
+            significance test; our own spread (sample std over our seeds) is beside it.
   Markov    measured on the tested checkpoint, on the test split (`<run>/markov.json`, from
             `python -m nar_markov.evaluate <run> --markov`; docs/design.md): its history scope
             gates every consumer of h(t-1) (`processor_decoder`, the default), and zeroing the
@@ -25,12 +33,14 @@ and applies the rules written down before the runs (results/full_decisive/README
             only when every seed is measured and Markov; a run without markov.json (its
             parameters are not here) is "not measured". The validation gate norm at the last
             step is shown beside it, as before.
-Calibration runs are dropped; a diverged run counts with its test score when it has one. No
-algorithm with both models: exit 2. Writes verdict.csv and verdict.md (the table the README
-shows).
+An algorithm without baseline runs says so. Calibration runs are dropped; a diverged run counts with its test score when it has one. No
+algorithm with both ForgetNet and the arm, an --arm that is no G-ForgetNet label, or an --out
+that cannot be written: one line, exit 2. Writes verdict.csv and verdict.md (the table the
+README shows).
 """
 
 import argparse
+import os
 import pathlib
 import re
 import sys
@@ -41,6 +51,7 @@ import pandas as pd
 from analysis import labels
 from analysis import paper as paper_lib
 from analysis import results as results_lib
+from analysis import stats
 from nar_markov import evaluate  # no jax at import: the Markov rule
 from nar_markov import netconfig  # no jax
 from nar_markov import runs as runs_lib  # no jax
@@ -141,19 +152,27 @@ def not_called(n):
   return f"not called ({n} paired seed{'s' * (n != 1)})"
 
 
+def call_pair(a, b):
+  """'a', 'b' or 'neither' by the rule both ways round; None: fewer than MIN_SEEDS_TO_CALL
+  paired seeds."""
+  if paired(a, b)[2] < MIN_SEEDS_TO_CALL:
+    return None
+  if wins_by_the_rule(a, b):
+    return "a"
+  return "b" if wins_by_the_rule(b, a) else "neither"
+
+
 def forget_vs_baseline(forget, base):
   """'forget', 'baseline' or 'neither' by the rule both ways round; None: fewer than
   MIN_SEEDS_TO_CALL paired seeds."""
-  if paired(forget, base)[2] < MIN_SEEDS_TO_CALL:
-    return None
-  if wins_by_the_rule(forget, base):
-    return "forget"
-  return "baseline" if wins_by_the_rule(base, forget) else "neither"
+  return {"a": "forget", "b": "baseline", "neither": "neither", None: None}[
+      call_pair(forget, base)]
 
 
 def as_in_the_paper(called, p_f, p_b):
-  """Whether the called direction is the paper's sign of F - B; 'neither' also is where the
-  paper's |F - B| is within both its σ."""
+  """Whether the called direction ('forget' for a, 'baseline' for b, or 'neither') is the
+  paper's sign of a - b (p_f, p_b: the paper's (mean, σ) of a and b); 'neither' also is
+  where the paper's |a - b| is within both its σ."""
   if called is None:
     return "—"
   d = p_f[0] - p_b[0]
@@ -162,6 +181,24 @@ def as_in_the_paper(called, p_f, p_b):
   direction = "forget" if d > 0 else "baseline" if d < 0 else "neither"
   tie = called == "neither" and abs(d) < min(p_f[1], p_b[1])
   return "yes" if called == direction or tie else "no"
+
+
+def paired_test(a, b):
+  """stats.Paired of a - b over the seeds both of two {seed: test %} ran."""
+  seeds = sorted(set(a) & set(b))
+  return stats.paired_t([a[s] - b[s] for s in seeds])
+
+
+def reading(call_is_a_winner, test):
+  """'stands' (p <= 0.1) or 'direction only' (p > 0.1) for a call that names a winner;
+  '' for no call, or a call of no winner."""
+  if not call_is_a_winner or np.isnan(test.p):
+    return ""
+  return "stands" if test.p <= stats.DIRECTION_ONLY_P else "direction only"
+
+
+def test_columns(prefix, test):
+  return {f"{prefix}_ci_low": test.low, f"{prefix}_ci_high": test.high, f"{prefix}_p": test.p}
 
 
 def baseline_columns(forget, base, p_f, p_b):
@@ -182,6 +219,25 @@ def baseline_columns(forget, base, p_f, p_b):
       "baseline_delta_sigma": (b_mean - p_b[0]) / p_b[1],
       "forget_delta_sigma": (np.mean(list(forget.values())) - p_f[0]) / p_f[1],
       "forget_beats_baseline": answer, "fb_as_in_paper": as_in_the_paper(called, p_f, p_b),
+  }
+
+
+def headline_columns(gated, base, p_g, p_b):
+  """The columns of the paper's headline (G-ForgetNet above the baseline), by the same rule
+  as ForgetNet's: two {seed: test %} and the paper's (mean, σ) of each."""
+  diff, wins, n = paired(gated, base)
+  called = {"a": "forget", "b": "baseline", "neither": "neither", None: None}[
+      call_pair(gated, base)]
+  if not base:
+    answer = NO_BASELINE
+  else:
+    answer = FB_CALLS[called] if called else not_called(n)
+  test = paired_test(gated, base)
+  return {
+      "gb_paired_seeds": n, "gb_seeds_above": wins, "gb_paired_diff": diff,
+      **test_columns("gb", test), "paper_gb_diff": p_g[0] - p_b[0],
+      "gforget_beats_baseline": answer, "gb_as_in_paper": as_in_the_paper(called, p_g, p_b),
+      "gb_reading": reading(called in ("forget", "baseline"), test),
   }
 
 
@@ -210,6 +266,16 @@ def verdict_row(runs, algorithm, arm, paper):
   gate = np.mean([v[1] for v in gated.values()])
   nan = (np.nan, np.nan)
   p_f, p_g, p_b = (p.get(algorithm, nan) for p in (paper_f, paper_g, paper_b))
+  f_scores, g_scores = ({s: v[0] for s, v in x.items()} for x in (forget, gated))
+  base = _test_scores(runs, BASELINE, algorithm)
+  gf_test, fb_test = paired_test(g_scores, f_scores), paired_test(f_scores, base)
+  if n < MIN_SEEDS_TO_CALL:
+    gf_as_in_paper = "—"
+  elif np.isnan(p_g[0] - p_f[0]):
+    gf_as_in_paper = "no paper number"
+  else:
+    gf_as_in_paper = "yes" if (beats == "yes") == (p_g[0] - p_f[0] > 0) else "no"
+  fb_call = forget_vs_baseline(f_scores, base)
   return {
       "algorithm": algorithm, "arm": arm,
       "forget_seeds": ",".join(map(str, sorted(forget))), "forget_mean": f_mean, "forget_sd": f_sd,
@@ -222,8 +288,12 @@ def verdict_row(runs, algorithm, arm, paper):
       "gate_norm": gate,
       **markov_columns(gated),
       "beats": beats,
-      **baseline_columns({s: v[0] for s, v in forget.items()},
-                         _test_scores(runs, BASELINE, algorithm), p_f, p_b),
+      **baseline_columns(f_scores, base, p_f, p_b),
+      **test_columns("gf", gf_test), "gf_as_in_paper": gf_as_in_paper,
+      "gf_reading": reading(beats == "yes", gf_test),
+      **test_columns("fb", fb_test),
+      "fb_reading": reading(fb_call in ("forget", "baseline"), fb_test),
+      **headline_columns(g_scores, base, p_g, p_b),
   }
 
 
@@ -237,7 +307,53 @@ def verdict_frame(runs, arm="gforget"):
   return pd.DataFrame([r for r in rows if r is not None])
 
 
+def _num(x, fmt="+.2f"):
+  return "—" if pd.isna(x) else format(x, fmt)
+
+
+def _p(p):
+  if pd.isna(p):
+    return "—"
+  return f"{p:.2g}" if p >= 0.001 else "< 0.001"
+
+
+def comparison_cell(diff, above, n, low, high, p):
+  """'+12.42 [+8.10, +16.74], p 0.0094 (3 of 3)': the paired mean difference, its 95 %
+  interval, the paired t-test's p and the seeds the first is above on."""
+  if not n:
+    return "—"
+  if n < 2:
+    return f"{diff:+.2f} ({above} of {n})"
+  return f"{diff:+.2f} [{low:+.2f}, {high:+.2f}], p {_p(p)} ({above} of {n})"
+
+
+def call_cell(call, how_sure):
+  return f"{call}, {how_sure}" if how_sure else call
+
+
+COLUMNS = (
+    "algorithm", "baseline (seeds)", "ForgetNet (seeds)", "G-ForgetNet (seeds)",
+    "F beats B here? (first claim: ForgetNet above the baseline)",
+    "F − B, paired: mean [95 % CI], p (seeds F above)", "paper: B → F (F − B)",
+    "F vs B as in the paper?",
+    "G beats F here? (second claim: G-ForgetNet above ForgetNet)",
+    "G − F, paired: mean [95 % CI], p (seeds G above)", "paper: F → G (G − F)",
+    "G vs F as in the paper?",
+    "G beats B here? (headline: G-ForgetNet above the baseline)",
+    "G − B, paired: mean [95 % CI], p (seeds G above)", "paper: B → G (G − B)",
+    "G vs B as in the paper?",
+    "Δ/σ to the paper: B, F, G (distance to the paper's mean, not a significance test)",
+    "our std over seeds: B, F, G",
+    "gate norm at the end (validation)",
+    "history zeroed at test: Δ points, predictions changed, gate norm (seeds)",
+    "Markov at test",
+)
+
+
 def to_markdown(frame):
+  """verdict.md: one row per algorithm, the models and the claims in the README's order
+  (baseline, ForgetNet, G-ForgetNet; first claim, second claim, headline), with the legend
+  under the table."""
   def ms(mean, sd):
     if pd.isna(mean):
       return "—"
@@ -249,30 +365,73 @@ def to_markdown(frame):
             f"({r.markov_seeds})")
   def sigma(x):
     return "—" if pd.isna(x) else f"{x:+.1f}"
-  def fb(r):
-    if r.forget_beats_baseline == NO_BASELINE:
-      return "—"
-    return f"{r.fb_paired_diff:+.2f} ({r.fb_seeds_above} of {r.fb_paired_seeds})"
-  lines = ["| algorithm | ForgetNet (seeds) | G-ForgetNet (seeds) | baseline (seeds) "
-           "| G − F, paired (seeds G above) | paper: F → G (G − F) | F − B, paired (seeds F "
-           "above) | paper: B → F (F − B) | G beats F here? | F beats the baseline here? "
-           "| as in the paper? | Δ/σ to the paper: G, F, B | gate norm at the end (validation) "
-           "| history zeroed at test: Δ points, predictions changed, gate norm (seeds) "
-           "| Markov at test |",
-           "|" + "---|" * 15]
+  def sd(x):
+    return "—" if pd.isna(x) else f"{x:.2f}"
+  lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
   for r in frame.itertuples():
-    base = "—" if r.forget_beats_baseline == NO_BASELINE else (
-        f"{ms(r.baseline_mean, r.baseline_sd)} ({r.baseline_seeds})")
-    lines.append(
-        f"| {r.algorithm} | {ms(r.forget_mean, r.forget_sd)} ({r.forget_seeds}) "
-        f"| {ms(r.gforget_mean, r.gforget_sd)} ({r.gforget_seeds}) | {base} "
-        f"| {r.paired_diff:+.2f} ({r.seeds_above} of {r.paired_seeds}) "
-        f"| {r.paper_forget:.2f} → {r.paper_gforget:.2f} ({r.paper_diff:+.2f}) | {fb(r)} "
-        f"| {r.paper_baseline:.2f} → {r.paper_forget:.2f} ({r.paper_fb_diff:+.2f}) "
-        f"| {r.beats} | {r.forget_beats_baseline} | {r.fb_as_in_paper} "
-        f"| {sigma(r.delta_sigma)}, {sigma(r.forget_delta_sigma)}, "
-        f"{sigma(r.baseline_delta_sigma)} | {r.gate_norm:.3f} | {zeroed(r)} | {r.markov} |")
+    no_base = r.forget_beats_baseline == NO_BASELINE
+    base = "—" if no_base else f"{ms(r.baseline_mean, r.baseline_sd)} ({r.baseline_seeds})"
+    fb = "—" if no_base else comparison_cell(r.fb_paired_diff, r.fb_seeds_above,
+                                             r.fb_paired_seeds, r.fb_ci_low, r.fb_ci_high,
+                                             r.fb_p)
+    gb = "—" if no_base else comparison_cell(r.gb_paired_diff, r.gb_seeds_above,
+                                             r.gb_paired_seeds, r.gb_ci_low, r.gb_ci_high,
+                                             r.gb_p)
+    gf = comparison_cell(r.paired_diff, r.seeds_above, r.paired_seeds, r.gf_ci_low,
+                         r.gf_ci_high, r.gf_p)
+    cells = [
+        r.algorithm, base, f"{ms(r.forget_mean, r.forget_sd)} ({r.forget_seeds})",
+        f"{ms(r.gforget_mean, r.gforget_sd)} ({r.gforget_seeds})",
+        call_cell(r.forget_beats_baseline, r.fb_reading), fb,
+        f"{r.paper_baseline:.2f} → {r.paper_forget:.2f} ({r.paper_fb_diff:+.2f})",
+        r.fb_as_in_paper,
+        call_cell(r.beats, r.gf_reading), gf,
+        f"{r.paper_forget:.2f} → {r.paper_gforget:.2f} ({r.paper_diff:+.2f})",
+        r.gf_as_in_paper,
+        call_cell(r.gforget_beats_baseline, r.gb_reading), gb,
+        f"{r.paper_baseline:.2f} → {r.paper_gforget:.2f} ({r.paper_gb_diff:+.2f})",
+        r.gb_as_in_paper,
+        f"{sigma(r.baseline_delta_sigma)}, {sigma(r.forget_delta_sigma)}, "
+        f"{sigma(r.delta_sigma)}",
+        f"{'—' if no_base else sd(r.baseline_sd)}, {sd(r.forget_sd)}, {sd(r.gforget_sd)}",
+        f"{r.gate_norm:.3f}", zeroed(r), r.markov,
+    ]
+    lines.append("| " + " | ".join(cells) + " |")
+  lines += [
+      "",
+      "A call (\"yes\", \"no: the baseline beats it\") is the rule written before the runs: "
+      "the mean over the paired seeds above, and above on at least 2 of them; fewer than "
+      f"{MIN_SEEDS_TO_CALL} paired seeds: not called. Beside a call of a winner: \"stands\" "
+      f"where the two-sided paired t-test's p is at most {stats.DIRECTION_ONLY_P:g}, "
+      "\"direction only\" where it is above. The interval is the 95 % t interval of the "
+      "paired mean difference (n − 1 degrees of freedom). Δ/σ is the distance of our mean "
+      "to the paper's in the paper's standard deviation (its 10 seeds), not a significance "
+      "test; our own std (ddof 1) is beside it.",
+  ]
   return "\n".join(lines) + "\n"
+
+
+ARM_FAMILIES = ("gforget", "gforget_nopenalty")
+
+
+def check_arm(arm, runs):
+  """ValueError (one line) unless `arm` is a single-task G-ForgetNet label (gforget,
+  gforget_<variant>, gforget_nopenalty); the message lists the arms found in `runs`."""
+  family, _, multitask = labels.split_label(arm)
+  if family in ARM_FAMILIES and not multitask:
+    return
+  found = sorted({r["model"] for r in runs if labels.split_label(r["model"])[0] in ARM_FAMILIES
+                  and not labels.split_label(r["model"])[2]})
+  raise ValueError(f"--arm {arm!r} is not a G-ForgetNet label (gforget or gforget_<variant>); "
+                   f"under --results: {', '.join(found) or 'none'}")
+
+
+def check_out(out):
+  """ValueError (one line) for an --out that is not a folder that can be written."""
+  if out.exists() and not out.is_dir():
+    raise ValueError(f"--out {out} exists and is not a directory")
+  if out.exists() and not os.access(out, os.W_OK | os.X_OK):
+    raise ValueError(f"--out {out} is not writable")
 
 
 def main(argv=None):
@@ -283,12 +442,15 @@ def main(argv=None):
                       help="the G-ForgetNet label compared with ForgetNet (default: %(default)s)")
   parser.add_argument("--out", required=True)
   args = parser.parse_args(argv)
+  out = pathlib.Path(args.out)
   runs = []
   try:
+    check_out(out)
     for root in args.results:
       found, _ = results_lib.load_runs(root)
       runs += [dict(r, markov=read_markov(pathlib.Path(root, r["path"]).parent, r))
                for r in found if not labels.is_calibration(r)]
+    check_arm(args.arm, runs)
   except (FileNotFoundError, ValueError) as e:
     print(f"verdict: error: {e}", file=sys.stderr)
     return 2
@@ -297,11 +459,17 @@ def main(argv=None):
     print(f"verdict: no algorithm with both ForgetNet and {args.arm} under {args.results}",
           file=sys.stderr)
     return 2
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  frame.to_csv(out / "verdict.csv", index=False)
-  (out / "verdict.md").write_text(to_markdown(frame))
-  print((out / "verdict.md").read_text())
+  text = to_markdown(frame)
+  try:
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "verdict.csv", index=False)
+    (out / "verdict.md").write_text(text)
+  except OSError as e:
+    where = f" ({e.filename})" if e.filename else ""
+    print(f"verdict: error: cannot write --out {out}: {e.strerror or e}{where}",
+          file=sys.stderr)
+    return 2
+  print(text)
   return 0
 
 

@@ -2,12 +2,15 @@
 Markov column from each run's markov.json (the tested checkpoint with its history zeroed)."""
 
 import json
+import pathlib
 
 import pandas as pd
 import pytest
 
 from analysis import verdict
 from nar_markov import runs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _markov(delta=0.0, changed=0.0, gate=0.05, step=50, score=None):
@@ -87,8 +90,10 @@ def test_paper_columns_come_from_the_paper_table():
   assert abs(row.delta_sigma - (90.0 - 85.96) / 1.59) < 1e-9
   md = verdict.to_markdown(verdict.verdict_frame(
       [_run("forget", 0, 0.5), _run("gforget", 0, 0.9, markov=_markov(-0.005, 0.004, 0.05))]))
-  assert ("| 74.41 → 85.96 (+11.55) | — | 62.79 → 74.41 (+11.62) | not called (1 paired seed) "
-          "| no baseline runs | — | +2.5, -11.6, — | 0.050 | -0.50, 0.4 %, 0.050 (0) | yes |") in md
+  assert ("| binary_search | — | 50.00 (0) | 90.00 (0) | no baseline runs | — "
+          "| 62.79 → 74.41 (+11.62) | — | not called (1 paired seed) | +40.00 (1 of 1) "
+          "| 74.41 → 85.96 (+11.55) | — | no baseline runs | — | 62.79 → 85.96 (+23.17) | — "
+          "| —, -11.6, +2.5 | —, —, — | 0.050 | -0.50, 0.4 %, 0.050 (0) | yes |") in md
 
 
 # --- the paper's first claim: ForgetNet above the baseline ---------------------------------
@@ -246,3 +251,100 @@ def test_cli_refuses_a_record_of_another_checkpoint(tmp_path, capsys):
   code, err = _main(tmp_path, capsys, tmp_path / "r")
   assert code == 2 and "measured step 80" in err and "measure it again" in err
   assert len(err.strip().splitlines()) == 1
+
+
+# --- the headline (G-ForgetNet above the baseline) and how sure each call is --------------
+
+
+def test_markdown_columns_are_in_the_readme_order_and_say_which_claim():
+  """The README orders the models baseline, ForgetNet, G-ForgetNet: so do the seeds and the
+  Δ/σ columns (was G, F, B), and every call column names the claim it answers."""
+  md = verdict.to_markdown(verdict.verdict_frame(
+      [_run(m, s, x) for m, xs in (("forget", (0.7, 0.6, 0.8)), ("gforget", (0.9, 0.9, 0.9)),
+                                   ("baseline", (0.65, 0.55, 0.84)))
+       for s, x in enumerate(xs)]))
+  header = md.splitlines()[0]
+  order = ["baseline (seeds)", "ForgetNet (seeds)", "G-ForgetNet (seeds)",
+           "F beats B here? (first claim", "G beats F here? (second claim",
+           "G beats B here? (headline", "Δ/σ to the paper: B, F, G (distance to the paper's "
+           "mean, not a significance test)", "our std over seeds: B, F, G"]
+  at = [header.index(c) for c in order]
+  assert at == sorted(at)
+  row = md.splitlines()[2]
+  # baseline 68.00 (62.79 ± 4.31), ForgetNet 70.00 (74.41 ± 2.11), G 90.00 (85.96 ± 1.59)
+  assert "| +1.2, -2.1, +2.5 | 14.73, 10.00, 0.00 |" in row
+
+
+@pytest.mark.parametrize("gated,beats,as_in_paper", [
+    ((0.70, 0.60, 0.90), "yes", "yes"),                       # +5, +5, +6 over the baseline
+    ((0.60, 0.50, 0.80), "no: the baseline beats it", "no"),  # -5, -5, -4
+    ((0.66, 0.56, 0.50), "no: neither", "no"),                # +1, +1, -34
+])
+def test_gforget_beats_the_baseline_by_the_same_rule(gated, beats, as_in_paper):
+  row = _three([0.70, 0.60, 0.80], [0.65, 0.55, 0.84], gated=gated)
+  assert row.gforget_beats_baseline == beats and row.gb_as_in_paper == as_in_paper
+  assert row.paper_gb_diff == pytest.approx(85.96 - 62.79) and row.gb_paired_seeds == 3
+
+
+def test_each_call_has_its_interval_and_p_value_by_hand():
+  # G - B per seed +5, +5, +6: mean 5.333, sd 0.5774, se 0.3333; t = 16.0 on 2 dof:
+  # p = 0.0038835 (scipy.stats.ttest_rel); 95 % CI 5.333 -+ 4.302653 * 0.3333.
+  row = _three([0.70, 0.60, 0.80], [0.65, 0.55, 0.84], gated=(0.70, 0.60, 0.90))
+  assert row.gb_paired_diff == pytest.approx(16.0 / 3)
+  assert row.gb_p == pytest.approx(0.0038835098, rel=1e-6)
+  assert row.gb_ci_low == pytest.approx(16.0 / 3 - 4.302653 / 3, rel=1e-6)
+  assert row.gb_ci_high == pytest.approx(16.0 / 3 + 4.302653 / 3, rel=1e-6)
+  assert row.gb_reading == "stands"
+  # F - B +5, +5, -4 (sd 5.196, t 0.667): a call ("yes") whose p is 0.57 > 0.1 reads
+  # "direction only".
+  assert row.forget_beats_baseline == "yes" and row.fb_reading == "direction only"
+  assert row.fb_p == pytest.approx(0.5735985673, rel=1e-6)
+  md = verdict.to_markdown(verdict.verdict_frame(
+      [_run(m, s, x) for m, xs in (("forget", (0.7, 0.6, 0.8)), ("gforget", (0.7, 0.6, 0.9)),
+                                   ("baseline", (0.65, 0.55, 0.84)))
+       for s, x in enumerate(xs)]))
+  assert "| yes, direction only | +2.00 [-10.91, +14.91], p 0.57 (2 of 3) |" in md
+  assert "| yes, stands | +5.33 [+3.90, +6.77], p 0.0039 (3 of 3) |" in md
+  # A call of no winner carries no reading.
+  assert _three([0.71, 0.61, 0.50], [0.70, 0.60, 0.80]).fb_reading == ""
+
+
+def test_the_verdict_of_our_committed_runs_matches_the_hand_computed_p_values():
+  """On 3 seeds, kadane's two claims (p 0.011, 0.010) and binary_search's G > F (p 0.045)
+  stand; insertion_sort's F > B is a direction only (p 0.36)."""
+  frame = pd.read_csv(ROOT / "results" / "verdict" / "verdict.csv").set_index("algorithm")
+  kadane = frame.loc["find_maximum_subarray_kadane"]
+  assert (kadane.fb_reading, kadane.gf_reading) == ("stands", "stands")
+  assert kadane.fb_p == pytest.approx(0.011, abs=1e-3) and kadane.gf_p == pytest.approx(
+      0.010, abs=1e-3)
+  assert frame.loc["binary_search"].gf_p == pytest.approx(0.045, abs=1e-3)
+  assert frame.loc["insertion_sort"].fb_reading == "direction only"
+  assert frame.loc["insertion_sort"].fb_p == pytest.approx(0.36, abs=0.01)
+
+
+def test_cli_an_unknown_arm_is_one_line(tmp_path, capsys):
+  _tree(tmp_path / "r")
+  code = verdict.main(["--results", str(tmp_path / "r"), "--arm", "gforgett", "--out",
+                       str(tmp_path / "out")])
+  err = capsys.readouterr().err
+  assert code == 2 and err == ("verdict: error: --arm 'gforgett' is not a G-ForgetNet label "
+                               "(gforget or gforget_<variant>); under --results: gforget\n")
+  assert not (tmp_path / "out").exists()
+
+
+def test_cli_an_out_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path, capsys,
+                                                                     monkeypatch):
+  _tree(tmp_path / "r")
+  (tmp_path / "file").write_text("x")
+  code = verdict.main(["--results", str(tmp_path / "r"), "--out", str(tmp_path / "file")])
+  err = capsys.readouterr().err
+  assert code == 2 and err == f"verdict: error: --out {tmp_path / 'file'} exists and is not a directory\n"
+
+  def read_only(self, *a, **k):  # what a read-only --out does (root would write anyway)
+    raise PermissionError(13, "Permission denied", str(a[0]))
+  monkeypatch.setattr(pd.DataFrame, "to_csv", read_only)
+  code = verdict.main(["--results", str(tmp_path / "r"), "--out", str(tmp_path / "ro")])
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith(f"verdict: error: cannot write --out {tmp_path / 'ro'}: "
+                                      "Permission denied")
+  assert len(err.splitlines()) == 1
