@@ -30,8 +30,17 @@ Rows:
   seeds    K = 8 seeds of bfs in one job (one vmapped step) against the 8 one after
            another (bench_seeds.run), 16 nodes.
   drivers  benchmarks/compile_drivers.py's measurement of ours and dm-clrs's step.
+  init     dm-clrs's BaselineModel.init as it ships (not jitted: op by op), the same
+           computation jitted, and ours' Learner.init_state (jitted): seconds,
+           compilations, what the persistent cache did; cold then warm.
+  sampler  dm-clrs's step over its sampler's batches at 16 nodes: per batch the hint
+           time (padded to the sampler's running max) and the step's compilations.
+  autotune_cache  the compile row's step cold, then compiled again with the cache
+           folder's executables removed and XLA's own caches kept (`sub_cache_only`).
+`--rows levers` is LEVER_ROWS, the levers below in a second check.
 Levers (the environment of a row's processes; `best`: of those the compile row ran,
-the one that compiled the cold step fastest):
+the one that compiled the cold step fastest; GPU_ONLY_LEVERS are skipped, with the
+reason, where the rows' processes get another backend):
   pin        PJRT_NPROC=2, as `import nar_markov` sets it (the default).  XLA's GPU
              client sizes its compile thread pool by the same variable
              (max(PJRT_NPROC, devices) threads), so the pin may slow the GPU compiler.
@@ -40,6 +49,12 @@ the one that compiled the cold step fastest):
   serial     XLA_FLAGS --xla_gpu_force_compilation_parallelism=1 (one LLVM module).
   notriton   XLA_FLAGS --xla_gpu_enable_triton_gemm=false (cuBLAS for every product).
   nopin_autotune0  both.
+  nocmdbuf   XLA_FLAGS --xla_gpu_enable_command_buffer= (no command buffers).
+  nofusionautotune  XLA_FLAGS --xla_gpu_experimental_enable_fusion_autotuner=false.
+  cache0     jax_persistent_cache_min_compile_time_secs=0 (every compile written;
+             set by the worker after the project's 0.5 s).
+  xlacaches_all / xlacaches_none  jax_persistent_cache_enable_xla_caches=all / none
+             (jax's default: the per-fusion autotune sub-cache only).
 `--tiny` runs every row at a CPU-sized scale (hidden 16, batch 4, 4 nodes, K = 2, a
 smoke run): what tests/test_gpu_check.py runs, so the check works before a GPU does.
 `--cost-figures` turns a check's JSON into the figures `launch/cost.py` estimates a
@@ -243,10 +258,17 @@ def _init_measure(name: str, fn, cache: Optional[str], progress, done) -> Dict[s
   import jax  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   jax.clear_caches()
+  own_folder = False
   if cache:
-    from jax._src import compilation_cache  # pylint: disable=g-import-not-at-top
-    jax.config.update("jax_compilation_cache_dir", os.path.join(cache, name))
-    compilation_cache.reset_cache()
+    try:
+      from jax._src import compilation_cache  # pylint: disable=g-import-not-at-top
+      reset = compilation_cache.reset_cache
+    except (ImportError, AttributeError):   # another jax: the process's one folder
+      reset = None
+    if reset is not None:
+      jax.config.update("jax_compilation_cache_dir", os.path.join(cache, name))
+      reset()
+      own_folder = True
   counter, log = common.CompileCounter(), common.CacheLog()
   try:
     t0 = time.perf_counter()
@@ -271,7 +293,7 @@ def _init_measure(name: str, fn, cache: Optional[str], progress, done) -> Dict[s
       "written": sum(r["written"] is True for r in records),
       "not_written": collections.Counter(re.sub(r"\s*\([\d.]+s\)$", "", r["written"])
                                          for r in records if isinstance(r["written"], str)),
-      "compilations_second": second.count,
+      "compilations_second": second.count, "own_cache_folder": own_folder,
       "parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(value[0]))),
   }
   _progress(progress, {"measured": done})
@@ -484,14 +506,14 @@ def worker(row: str, out: str, lever: str = "pin", **kwargs) -> int:
   import nar_markov  # pylint: disable=g-import-not-at-top,unused-import  (pins, before jax)
   import jax  # pylint: disable=g-import-not-at-top
   options = jax_options(lever)
-  if options and kwargs.get("cache"):
-    # The project's set-up would put its own minimum back (learner.setup_compilation_cache
-    # acts once per process): it runs first, the lever's options after it.
-    from nar_markov import learner  # pylint: disable=g-import-not-at-top
-    learner.setup_compilation_cache(kwargs["cache"])
-  for key, value in options.items():
-    jax.config.update(key, value)
   try:
+    if options and kwargs.get("cache"):
+      # The project's set-up would put its own minimum back (learner.setup_compilation_cache
+      # acts once per process): it runs first, the lever's options after it.
+      from nar_markov import learner  # pylint: disable=g-import-not-at-top
+      learner.setup_compilation_cache(kwargs["cache"])
+    for key, value in options.items():
+      jax.config.update(key, value)
     result = ROW_FUNCTIONS[row](progress=out + ".progress", **kwargs)
     payload = {"status": "ok", "result": result}
   except Exception as e:  # pylint: disable=broad-except  (recorded, the next row goes on)
@@ -501,7 +523,7 @@ def worker(row: str, out: str, lever: str = "pin", **kwargs) -> int:
                         "devices": [str(d) for d in jax.devices()],
                         "PJRT_NPROC": os.environ.get("PJRT_NPROC"),
                         "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
-                        "jax_options": {k: getattr(jax.config, k) for k in options}}
+                        "jax_options": {k: getattr(jax.config, k, None) for k in options}}
   pathlib.Path(out).write_text(json.dumps(payload, default=str))
   print(f"{WORKER_FINISHED}: {row} {payload['status']}", flush=True)
   return 0
