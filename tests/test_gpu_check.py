@@ -265,3 +265,30 @@ def test_the_sub_cache_phase_keeps_only_xlas_caches(tmp_path):
       "xla_gpu_kernel_cache_file", "xla_gpu_per_fusion_autotune_cache_dir"]
   assert gpu_check.keep_only_sub_caches(str(tmp_path / "none")) == {
       "removed_entries": 0, "kept": {}}
+
+
+def test_a_levers_jax_options_outlast_the_projects_cache_set_up(tmp_path):
+  """The project's cache set-up sets a 0.5 s minimum; under `cache0` the row sees 0 (and
+  the default lever the project's 0.5), after the row's own set-up call too."""
+  code = (
+      "import json, sys\n"
+      "from benchmarks import gpu_check\n"
+      "def row(cache, **_):\n"
+      "  import jax\n"
+      "  from nar_markov import learner\n"
+      "  learner.setup_compilation_cache(cache)\n"
+      "  return jax.config.jax_persistent_cache_min_compile_time_secs\n"
+      "gpu_check.ROW_FUNCTIONS['init'] = row\n"
+      "gpu_check.worker('init', sys.argv[1], lever=sys.argv[2], tiny=True,\n"
+      "                 cache=sys.argv[3], work=sys.argv[3])\n")
+  seen = {}
+  for lever in ("cache0", "pin"):
+    out = tmp_path / f"{lever}.json"
+    proc = subprocess.run([sys.executable, "-c", code, str(out), lever, str(tmp_path / lever)],
+                          cwd=REPO_ROOT, env=gpu_check.lever_env(lever), capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    payload = json.loads(out.read_text())
+    assert payload["status"] == "ok", payload
+    seen[lever] = payload["result"]
+  assert seen == {"cache0": 0.0, "pin": 0.5}
