@@ -128,10 +128,11 @@ def hlo_stats(hlo_text: str) -> Dict[str, Any]:
           "copies": opcodes["copy"]}
 
 
-def measure(jitted, args) -> Dict[str, Any]:
+def measure(jitted, args, then=None) -> Dict[str, Any]:
   """Trace, lower and compile `jitted` at `args`; what each took (wall seconds, and the
   CPU seconds of the process and of this thread: a loaded machine stretches the
-  first) and what each made."""
+  first) and what each made.  `then(compiled)`, if given, returns more entries (e.g.
+  timed runs of the compiled step)."""
   out, clocks = {}, (time.perf_counter, time.process_time, time.thread_time)
   staged = jitted
   for stage in ("trace", "lower", "compile"):
@@ -149,6 +150,8 @@ def measure(jitted, args) -> Dict[str, Any]:
     out["hlo"]["temp_mib"] = staged.memory_analysis().temp_size_in_bytes / 2**20
   except Exception:  # pylint: disable=broad-except  (not every backend reports it)
     out["hlo"]["temp_mib"] = None
+  if then is not None:
+    out.update(then(staged))
   return out
 
 

@@ -30,8 +30,17 @@ Rows:
   seeds    K = 8 seeds of bfs in one job (one vmapped step) against the 8 one after
            another (bench_seeds.run), 16 nodes.
   drivers  benchmarks/compile_drivers.py's measurement of ours and dm-clrs's step.
+  init     dm-clrs's BaselineModel.init as it ships (not jitted: op by op), the same
+           computation jitted, and ours' Learner.init_state (jitted): seconds,
+           compilations, what the persistent cache did; cold then warm.
+  sampler  dm-clrs's step over its sampler's batches at 16 nodes: per batch the hint
+           time (padded to the sampler's running max) and the step's compilations.
+  autotune_cache  the compile row's step cold, then compiled again with the cache
+           folder's executables removed and XLA's own caches kept (`sub_cache_only`).
+`--rows levers` is LEVER_ROWS, the levers below in a second check.
 Levers (the environment of a row's processes; `best`: of those the compile row ran,
-the one that compiled the cold step fastest):
+the one that compiled the cold step fastest; GPU_ONLY_LEVERS are skipped, with the
+reason, where the rows' processes get another backend):
   pin        PJRT_NPROC=2, as `import nar_markov` sets it (the default).  XLA's GPU
              client sizes its compile thread pool by the same variable
              (max(PJRT_NPROC, devices) threads), so the pin may slow the GPU compiler.
@@ -40,6 +49,12 @@ the one that compiled the cold step fastest):
   serial     XLA_FLAGS --xla_gpu_force_compilation_parallelism=1 (one LLVM module).
   notriton   XLA_FLAGS --xla_gpu_enable_triton_gemm=false (cuBLAS for every product).
   nopin_autotune0  both.
+  nocmdbuf   XLA_FLAGS --xla_gpu_enable_command_buffer= (no command buffers).
+  nofusionautotune  XLA_FLAGS --xla_gpu_experimental_enable_fusion_autotuner=false.
+  cache0     jax_persistent_cache_min_compile_time_secs=0 (every compile written;
+             set by the worker after the project's 0.5 s).
+  xlacaches_all / xlacaches_none  jax_persistent_cache_enable_xla_caches=all / none
+             (jax's default: the per-fusion autotune sub-cache only).
 `--tiny` runs every row at a CPU-sized scale (hidden 16, batch 4, 4 nodes, K = 2, a
 smoke run): what tests/test_gpu_check.py runs, so the check works before a GPU does.
 `--cost-figures` turns a check's JSON into the figures `launch/cost.py` estimates a
@@ -49,10 +64,12 @@ GPU sweep from (its `cost_gpu.json`).
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -68,8 +85,13 @@ if __package__ in (None, ""):  # run by path: make `benchmarks` importable from 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCHEMA = "nar_markov.gpu_check/1"
 COST_SCHEMA = "nar_markov.cost_gpu/1"
-ROWS = ("backend", "compile", "run", "steady", "seeds", "drivers")
+ROWS = ("backend", "compile", "run", "steady", "seeds", "drivers", "init", "sampler",
+        "autotune_cache")
 DEFAULT_ROWS = "backend,compile@pin+nopin,run@best"
+# The levers' rows, for a second check: most telling first (the budget ends the rest).
+LEVER_ROWS = ("compile@nocmdbuf+nofusionautotune,init@cache0,autotune_cache@pin+xlacaches_all,"
+              "sampler")
+PRESETS = {"default": DEFAULT_ROWS, "levers": LEVER_ROWS}
 LEVERS = {
     "pin": {},
     "nopin": {"PJRT_NPROC": str(os.cpu_count() or 1)},
@@ -78,10 +100,24 @@ LEVERS = {
     "notriton": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false"},
     "nopin_autotune0": {"PJRT_NPROC": str(os.cpu_count() or 1),
                         "XLA_FLAGS": "--xla_gpu_autotune_level=0"},
+    # An empty list of command types: no CUDA graphs (command buffers) at all.
+    "nocmdbuf": {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="},
+    "nofusionautotune": {"XLA_FLAGS": "--xla_gpu_experimental_enable_fusion_autotuner=false"},
+    # JAX_* entries are jax options: read by jax at import, and set again by the worker
+    # after the project's cache set-up (learner.setup_compilation_cache sets 0.5 s).
+    "cache0": {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"},
+    "xlacaches_all": {"JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "all"},
+    "xlacaches_none": {"JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"},
 }
+# Levers that change only what XLA:GPU does: skipped, with the reason, where the
+# rows' processes get another backend (a GPU flag measures nothing on the CPU).
+GPU_ONLY_LEVERS = {"autotune0", "serial", "notriton", "nopin_autotune0", "nocmdbuf",
+                   "nofusionautotune", "xlacaches_all", "xlacaches_none"}
 # The most seconds one process of a row may take (the budget may leave it less).
 ROW_CAP_S = {"backend": 150, "compile": 240, "run": 600, "steady": 600, "seeds": 400,
-             "drivers": 400}
+             "drivers": 400, "init": 180, "sampler": 150, "autotune_cache": 240}
+WORKER_STARTED = "[gpu_check worker] started"
+WORKER_FINISHED = "[gpu_check worker] finished"
 MIN_ROW_S = 20      # a row that would get less is skipped
 RUN_ALGORITHM = "binary_search"
 STEADY_ALGORITHMS = ("bfs", "binary_search", "floyd_warshall")
@@ -95,10 +131,12 @@ def sizes(tiny: bool) -> Dict[str, Any]:
             "run_params": ["Protocol.train_lengths = [4]", "Protocol.train_steps = 4",
                            "Protocol.eval_every_steps = 2", "Protocol.log_every_steps = 2",
                            "Protocol.checkpoint_every_steps = 2"],
-            "steady_algorithms": ["bfs"]}
+            # 11 nodes: the size where seed 0's sampler grows its max within 12 batches
+            "steady_algorithms": ["bfs"], "sampler_batches": 12, "sampler_nodes": 11}
   return {"hidden": 128, "batch": 32, "nb_nodes": 16, "k": 8, "steady_steps": 20,
           "seeds_steps": 10, "rounds": 2, "run_gin": ["gin/forget.gin"], "run_params": [],
-          "steady_algorithms": list(STEADY_ALGORITHMS)}
+          "steady_algorithms": list(STEADY_ALGORITHMS), "sampler_batches": 24,
+          "sampler_nodes": 16}
 
 
 # -- the rows, each in its own process ------------------------------------------------
@@ -145,6 +183,20 @@ def row_backend(tiny: bool, work: str, **_) -> Dict[str, Any]:
   return out
 
 
+def _first_steps(compiled, args) -> Dict[str, Any]:
+  """The compiled train step run twice: the first run pays what XLA:GPU does at a first
+  execution (recording command buffers), the second is a plain step."""
+  import jax  # pylint: disable=g-import-not-at-top
+  params, opt_state, batch, lam, _, key = args   # algorithm_index is static: not passed
+  out = {}
+  for name in ("first_step_s", "second_step_s"):
+    t0 = time.perf_counter()
+    params, opt_state, losses = compiled(params, opt_state, batch, lam, key)
+    jax.block_until_ready((params, opt_state, losses))
+    out[name] = time.perf_counter() - t0
+  return out
+
+
 def row_compile(tiny: bool, cache: str, **_) -> Dict[str, Any]:
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from benchmarks import compile_drivers  # pylint: disable=g-import-not-at-top
@@ -155,11 +207,213 @@ def row_compile(tiny: bool, cache: str, **_) -> Dict[str, Any]:
   jitted, args = compile_drivers.step_of("ours", "bfs", feedback, spec, s["hidden"])
   log = common.CacheLog()
   try:
-    res = compile_drivers.measure(jitted, args)
+    res = compile_drivers.measure(jitted, args, then=lambda c: _first_steps(c, args))
   finally:
     log.close()
   res["cache"] = [r for r in log.records if r["function"] == "jit__train_step"]
   return res
+
+
+SUB_CACHE_PREFIX = "xla_gpu_"   # jax's names for XLA's caches inside its cache folder
+
+
+def sub_cache_files(cache: str) -> Dict[str, int]:
+  """XLA's own caches in a jax cache folder (jax's `jax_persistent_cache_enable_xla_caches`:
+  the per-fusion autotune results, the kernel cache): file -> bytes."""
+  root = pathlib.Path(cache)
+  out = {}
+  for top in sorted(root.glob(SUB_CACHE_PREFIX + "*")) if root.is_dir() else []:
+    for f in [top] if top.is_file() else sorted(top.rglob("*")):
+      if f.is_file():
+        out[str(f.relative_to(root))] = f.stat().st_size
+  return out
+
+
+def keep_only_sub_caches(cache: str) -> Dict[str, Any]:
+  """Removes the compiled executables of a jax cache folder, keeps XLA's sub-caches."""
+  root = pathlib.Path(cache)
+  removed = 0
+  for f in sorted(root.iterdir()) if root.is_dir() else []:
+    if f.name.startswith(SUB_CACHE_PREFIX):
+      continue
+    if f.is_dir():
+      shutil.rmtree(f)
+    else:
+      f.unlink()
+    removed += 1
+  return {"removed_entries": removed, "kept": sub_cache_files(cache)}
+
+
+def row_autotune_cache(tiny: bool, cache: str, **kwargs) -> Dict[str, Any]:
+  """The compile row's step; its cold phase fills the cache folder, then (the parent
+  having removed the executables, `keep_only_sub_caches`) a compile with only XLA's
+  sub-caches to help: what they save is cold - sub_cache_only."""
+  res = row_compile(tiny, cache, **kwargs)
+  res["sub_cache"] = sub_cache_files(cache)
+  return res
+
+
+def _init_measure(name: str, fn, cache: Optional[str], progress, done) -> Dict[str, Any]:
+  """`fn(seed)` twice (seeds 1, 2), each timed to its results being ready; the first
+  call's compilations and what the persistent cache did with them, in a cache folder of
+  its own (`cache`/`name`) with the process's in-memory caches emptied before."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  jax.clear_caches()
+  own_folder = False
+  if cache:
+    try:
+      from jax._src import compilation_cache  # pylint: disable=g-import-not-at-top
+      reset = compilation_cache.reset_cache
+    except (ImportError, AttributeError):   # another jax: the process's one folder
+      reset = None
+    if reset is not None:
+      jax.config.update("jax_compilation_cache_dir", os.path.join(cache, name))
+      reset()
+      own_folder = True
+  counter, log = common.CompileCounter(), common.CacheLog()
+  try:
+    t0 = time.perf_counter()
+    value = jax.block_until_ready(fn(1))
+    first_s = time.perf_counter() - t0
+  finally:
+    log.close()
+    counter.close()
+  second = common.CompileCounter()
+  try:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(2))
+    second_s = time.perf_counter() - t0
+  finally:
+    second.close()
+  records = log.records
+  done[name] = {
+      "first_s": first_s, "second_s": second_s,
+      "compilations": counter.count, "compile_s": counter.seconds,
+      "cache_hits": sum(r["cache"] == "hit" for r in records),
+      "cache_misses": sum(r["cache"] == "miss" for r in records),
+      "written": sum(r["written"] is True for r in records),
+      "not_written": collections.Counter(re.sub(r"\s*\([\d.]+s\)$", "", r["written"])
+                                         for r in records if isinstance(r["written"], str)),
+      "compilations_second": second.count, "own_cache_folder": own_folder,
+      "parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(value[0]))),
+  }
+  _progress(progress, {"measured": done})
+  return value
+
+
+def clrs_jitted_init(model):
+  """What dm-clrs's BaselineModel.init computes (params, optimizer state, its skeleton),
+  as one jitted function of (seed, features)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  def init(seed, features):
+    params = model.net_fn.init(jax.random.PRNGKey(seed), features, True, algorithm_index=-1,
+                               return_hints=False, return_all_outputs=False)
+    return params, model.opt.init(params), model.opt.init(jnp.zeros(1))
+  return jax.jit(init)
+
+
+def _init_jitted(model, features, seed):
+  """BaselineModel.init, the same computation jitted (the init row checks it makes the
+  same parameters): for rows about what comes after the init."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  if not isinstance(features, list):
+    features = [features]
+  model.params, model.opt_state, model.opt_state_skeleton = clrs_jitted_init(model)(
+      np.int32(seed), features)
+
+
+def row_init(tiny: bool, cache: str, progress: Optional[str] = None, **_) -> Dict[str, Any]:
+  """dm-clrs's BaselineModel.init as it ships (not jitted: op by op), the same work under
+  one jax.jit, and ours' Learner.init_state (jitted), bfs at the check's size."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench  # pylint: disable=g-import-not-at-top
+  from benchmarks import compile_drivers  # pylint: disable=g-import-not-at-top
+  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  from nar_markov import model as model_lib  # pylint: disable=g-import-not-at-top
+  s = sizes(tiny)
+  learner.setup_compilation_cache(cache)
+  feedback, spec = compile_drivers.train_batch("bfs", s["nb_nodes"], s["batch"])
+  done: Dict[str, Any] = {}
+  holder = {}
+
+  def clrs_op_by_op(seed):
+    # Building the model runs its init (bench.build_clrs, as run.py does); again: init.
+    if "clrs" not in holder:
+      holder["clrs"] = bench.build_clrs(spec, feedback, s["hidden"], seed)
+    else:
+      holder["clrs"].init([feedback.features], seed)
+    model = holder["clrs"]
+    return model.params, model.opt_state
+
+  def clrs_jitted(seed):
+    if "clrs_jit" not in holder:
+      holder["clrs_jit"] = clrs_jitted_init(holder["clrs"])
+    return holder["clrs_jit"](np.int32(seed), [feedback.features])[:2]
+
+  def ours_jitted(seed):
+    if "ours" not in holder:
+      holder["ours_batch"] = bench.ours_batch("bfs", feedback)
+      holder["ours"] = bench.ours_model("bfs", model_lib.nb_dims_of(feedback), s["hidden"])
+    return holder["ours"].init_state(seed, [holder["ours_batch"].features])
+
+  eager = _init_measure("clrs_op_by_op", clrs_op_by_op, cache, progress, done)
+  jitted = _init_measure("clrs_jitted", clrs_jitted, cache, progress, done)
+  done["clrs_jitted"]["max_abs_diff_to_op_by_op"] = float(max(
+      float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
+      for a, b in zip(jax.tree_util.tree_leaves(eager), jax.tree_util.tree_leaves(jitted))))
+  _init_measure("ours_jitted", ours_jitted, cache, progress, done)
+  return done
+
+
+def row_sampler(tiny: bool, progress: Optional[str] = None, **_) -> Dict[str, Any]:
+  """dm-clrs's training loop as run.py runs it, at one train size: its sampler pads the
+  hints to its running max_steps, so its jitted step compiles again whenever that grows.
+  Per batch: the hint time, the step's compilations and seconds; beside it the time
+  length ours would pad the batch to (data.time_bucket). The persistent cache is off;
+  the model is initialised by its init's computation jitted (`_init_jitted`)."""
+  from benchmarks import bench  # pylint: disable=g-import-not-at-top
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  from nar_markov import data  # pylint: disable=g-import-not-at-top
+  s = sizes(tiny)
+  bench.disable_persistent_cache()
+  algorithm, step_fn = "bfs", bench.TRAIN_STEP_FUNCTION["clrs"]
+  stream = bench.ClrsTrainStream(algorithm, seed=0, batch_size=s["batch"],
+                                 lengths=(s["sampler_nodes"],))
+  first = next(stream)
+  import clrs  # pylint: disable=g-import-not-at-top
+  from unittest import mock  # pylint: disable=g-import-not-at-top
+  with mock.patch.object(clrs.models.BaselineModel, "init", _init_jitted):
+    trainer = bench.ClrsTrainer(stream.spec, s["hidden"], 0, first)   # not its 44 s init
+  counter = common.CompileCounter()
+  batches = []
+  try:
+    for i in range(s["sampler_batches"]):
+      feedback = first if i == 0 else next(stream)
+      prepared = trainer.prepare(feedback)
+      before = list(counter.by_function.get(step_fn, [0, 0.0]))
+      t0 = time.perf_counter()
+      trainer.run(prepared)
+      step_s = time.perf_counter() - t0
+      after = counter.by_function.get(step_fn, [0, 0.0])
+      hint = bench.hint_time(feedback)
+      batches.append({"batch": i, "hint_time": hint,
+                      "max_length": int(max(feedback.features.lengths)),
+                      "step_compilations": int(after[0] - before[0]),
+                      "step_compile_s": float(after[1] - before[1]), "step_s": step_s,
+                      "ours_hint_time": data.time_bucket(algorithm, s["sampler_nodes"], hint)})
+      _progress(progress, {"batches": batches})
+  finally:
+    counter.close()
+  return {"algorithm": algorithm, "nb_nodes": s["sampler_nodes"], "batches": batches,
+          "step_compilations": sum(b["step_compilations"] for b in batches),
+          "step_compile_s": sum(b["step_compile_s"] for b in batches),
+          "hint_times": sorted({b["hint_time"] for b in batches}),
+          "ours_hint_times": sorted({b["ours_hint_time"] for b in batches})}
 
 
 def row_run(tiny: bool, cache: str, work: str, progress: Optional[str] = None,
@@ -230,15 +484,38 @@ def row_drivers(tiny: bool, **_) -> Dict[str, Any]:
 
 
 ROW_FUNCTIONS = {"backend": row_backend, "compile": row_compile, "run": row_run,
-                 "steady": row_steady, "seeds": row_seeds, "drivers": row_drivers}
-PHASES = {"compile": ("cold", "warm"), "run": ("cold", "warm")}
+                 "steady": row_steady, "seeds": row_seeds, "drivers": row_drivers,
+                 "init": row_init, "sampler": row_sampler,
+                 "autotune_cache": row_autotune_cache}
+PHASES = {"compile": ("cold", "warm"), "run": ("cold", "warm"), "init": ("cold", "warm"),
+          "autotune_cache": ("cold", "sub_cache_only")}
 
 
-def worker(row: str, out: str, **kwargs) -> int:
+def jax_options(lever: str) -> Dict[str, Any]:
+  """The jax options a lever sets (its JAX_* entries), typed as jax.config.update wants."""
+  out = {}
+  for key, value in LEVERS[lever].items():
+    if key.startswith("JAX_"):
+      try:
+        out[key.lower()] = float(value)
+      except ValueError:
+        out[key.lower()] = value
+  return out
+
+
+def worker(row: str, out: str, lever: str = "pin", **kwargs) -> int:
   """One row's process: its result (or its error) in `out`."""
   import nar_markov  # pylint: disable=g-import-not-at-top,unused-import  (pins, before jax)
   import jax  # pylint: disable=g-import-not-at-top
+  options = jax_options(lever)
   try:
+    if options and kwargs.get("cache"):
+      # The project's set-up would put its own minimum back (learner.setup_compilation_cache
+      # acts once per process): it runs first, the lever's options after it.
+      from nar_markov import learner  # pylint: disable=g-import-not-at-top
+      learner.setup_compilation_cache(kwargs["cache"])
+    for key, value in options.items():
+      jax.config.update(key, value)
     result = ROW_FUNCTIONS[row](progress=out + ".progress", **kwargs)
     payload = {"status": "ok", "result": result}
   except Exception as e:  # pylint: disable=broad-except  (recorded, the next row goes on)
@@ -247,8 +524,10 @@ def worker(row: str, out: str, **kwargs) -> int:
   payload["process"] = {"backend": jax.default_backend(),
                         "devices": [str(d) for d in jax.devices()],
                         "PJRT_NPROC": os.environ.get("PJRT_NPROC"),
-                        "XLA_FLAGS": os.environ.get("XLA_FLAGS")}
+                        "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
+                        "jax_options": {k: getattr(jax.config, k, None) for k in options}}
   pathlib.Path(out).write_text(json.dumps(payload, default=str))
+  print(f"{WORKER_FINISHED}: {row} {payload['status']}", flush=True)
   return 0
 
 
@@ -256,8 +535,11 @@ def worker(row: str, out: str, **kwargs) -> int:
 
 
 def parse_rows(text: str) -> List[Tuple[str, List[str]]]:
-  """'backend,compile@pin+nopin,run@best' -> [(row, levers)]; ValueError naming a bad one."""
+  """'backend,compile@pin+nopin,run@best' -> [(row, levers)]; ValueError naming a bad one.
+
+  A preset's name (PRESETS: 'default', 'levers') stands for its rows."""
   out = []
+  text = ",".join(PRESETS.get(i.strip(), i) for i in text.split(","))
   for item in [i.strip() for i in text.split(",") if i.strip()]:
     row, _, levers = item.partition("@")
     if row not in ROWS:
@@ -306,10 +588,12 @@ def spawn(row: str, lever: str, phase: str, timeout_s: float, *, tiny: bool, cac
   out = pathlib.Path(work) / f"{name}.json"
   log = logs / f"{name}.log"
   cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", row,
-         "--worker-out", str(out), "--worker-cache", cache, "--worker-dir", work]
+         "--worker-out", str(out), "--worker-cache", cache, "--worker-dir", work,
+         "--worker-lever", lever]
   if tiny:
     cmd.append("--tiny")
   t0 = time.perf_counter()
+  killed = False
   with open(log, "w") as f:
     proc = subprocess.Popen(cmd, env=lever_env(lever), cwd=REPO_ROOT, stdout=f,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -317,13 +601,14 @@ def spawn(row: str, lever: str, phase: str, timeout_s: float, *, tiny: bool, cac
       proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
       os.killpg(proc.pid, signal.SIGKILL)
+      killed = True
       proc.wait()
   entry = {"row": row, "lever": lever, "phase": phase, "env": LEVERS[lever],
-           "seconds": time.perf_counter() - t0, "log": str(log)}
+           "seconds": time.perf_counter() - t0, "log": str(log), "killed_by_cap": killed}
   if out.exists():
     entry.update(json.loads(out.read_text()))
   else:
-    entry["status"] = "timeout" if proc.returncode == -signal.SIGKILL else "error"
+    entry["status"] = "timeout" if killed else "error"
     entry["timeout_s"] = timeout_s
     progress = pathlib.Path(str(out) + ".progress")
     if progress.exists():
@@ -362,20 +647,51 @@ def run_check(rows_text: str, *, budget_s: float, tiny: bool, out: pathlib.Path,
                                "status": "skipped", "why": f"budget: {left:.0f} s left"})
         _save(out, report)
         continue
+      if lever in GPU_ONLY_LEVERS and row != "backend":
+        if "backend_probe" not in report:
+          report["backend_probe"] = probe_backend()
+          _log(f"the rows' processes get jax backend {report['backend_probe']['backend']}")
+        backend = report["backend_probe"]["backend"]
+        if backend is not None and backend != "gpu":
+          report["rows"].append({
+              "row": row, "lever": lever, "phase": phase, "env": LEVERS[lever],
+              "status": "skipped",
+              "why": f"GPU-only lever: this host's processes get jax backend {backend}"})
+          _save(out, report)
+          continue
       # A cold phase starts from an empty cache folder, its warm phase reuses it; the
       # rows without phases use the compile row's folder of the same lever.
       cache = os.path.join(root, f"cache-{lever}-{row if row in PHASES else 'compile'}")
       work = os.path.join(root, f"{row}-{lever}-{phase}")
       os.makedirs(work)
+      before = keep_only_sub_caches(cache) if phase == "sub_cache_only" else None
       _log(f"{row} ({lever}, {phase}): up to {min(ROW_CAP_S[row], left):.0f} s")
       entry = spawn(row, lever, phase, min(ROW_CAP_S[row], left), tiny=tiny, cache=cache,
                     work=work, logs=logs)
+      if before is not None:
+        entry["cache_before"] = before
       _log(f"{row} ({lever}, {phase}): {entry['status']} in {entry['seconds']:.1f} s")
       report["rows"].append(entry)
       _save(out, report)
   report["total_s"] = time.perf_counter() - t_start
   _save(out, report)
   return report
+
+
+def probe_backend(timeout_s: float = 120) -> Dict[str, Any]:
+  """The jax backend a row's process gets here (one short process, the default lever's
+  environment); backend None where it could not tell."""
+  t0 = time.perf_counter()
+  try:
+    proc = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
+                          env=lever_env("pin"), cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+    lines = proc.stdout.split()
+    backend = lines[-1] if proc.returncode == 0 and lines else None
+    why = None if backend else proc.stderr[-500:]
+  except subprocess.TimeoutExpired:
+    backend, why = None, f"no answer in {timeout_s:.0f} s"
+  return {"backend": backend, "seconds": time.perf_counter() - t0, "error": why}
 
 
 def host_info() -> Dict[str, Any]:
@@ -419,9 +735,18 @@ def summary(report: Dict[str, Any]) -> str:
                                    or f"CUDA_VISIBLE_DEVICES={v['CUDA_VISIBLE_DEVICES']!r} "
                                       f"{v['device']['backend']} {v['device']['device_kind']}")
                        for k, v in r.items() if k.startswith("gpus_per_task"))
-    elif e["row"] == "compile":
-      what = (f"compile {r['compile_s']:.1f} s, {r['hlo']['fusions']} fusions, "
-              f"{r['hlo']['instructions']} HLO instructions")
+    elif e["row"] in ("compile", "autotune_cache"):
+      what = (f"compile {r['compile_s']:.1f} s, first step {r['first_step_s']:.2f} s, "
+              f"{r['hlo']['fusions']} fusions, {r['hlo']['instructions']} HLO instructions")
+      if e["row"] == "autotune_cache":
+        what += f", sub-cache {sum(r['sub_cache'].values()) / 2**20:.1f} MiB"
+    elif e["row"] == "init":
+      what = "; ".join(f"{k} {v['first_s']:.1f} s ({v['compilations']} compilations, "
+                       f"{v['cache_hits']} hits)" for k, v in r.items())
+    elif e["row"] == "sampler":
+      what = (f"dm-clrs's step compiled {r['step_compilations']} times in "
+              f"{len(r['batches'])} batches ({r['step_compile_s']:.1f} s), hint times "
+              f"{r['hint_times']}; ours pads them to {r['ours_hint_times']}")
     elif e["row"] == "run":
       what = (f"wall {r['wall_s']:.0f} s (compile {r['compile_s']:.0f} s in "
               f"{r['compilations']}, train {r['train_time_s']:.0f} s, eval "
@@ -484,8 +809,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p = argparse.ArgumentParser(prog="python benchmarks/gpu_check.py",
                               description=__doc__.split("\n")[0])
   p.add_argument("--rows", default=DEFAULT_ROWS,
-                 help=f"rows, each name[@lever+lever]; rows: {', '.join(ROWS)}; levers: "
-                      f"{', '.join(LEVERS)}, best (default: {DEFAULT_ROWS})")
+                 help=f"rows, each name[@lever+lever], or a preset ({', '.join(PRESETS)}); "
+                      f"rows: {', '.join(ROWS)}; levers: {', '.join(LEVERS)}, best "
+                      f"(default: {DEFAULT_ROWS}; levers: {LEVER_ROWS})")
   p.add_argument("--budget-s", type=float, default=450.0,
                  help="seconds for all rows; a row stops where it ends (default 450)")
   p.add_argument("--tiny", action="store_true", help="a CPU-sized check (tests)")
@@ -498,12 +824,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--worker-out", help=argparse.SUPPRESS)
   p.add_argument("--worker-cache", help=argparse.SUPPRESS)
   p.add_argument("--worker-dir", help=argparse.SUPPRESS)
+  p.add_argument("--worker-lever", default="pin", choices=LEVERS, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if args.worker:
+    print(f"{WORKER_STARTED}: {args.worker} ({args.worker_lever}), pid {os.getpid()}",
+          flush=True)
     from nar_markov import quiet  # pylint: disable=g-import-not-at-top
     quiet.setup()
-    return worker(args.worker, args.worker_out, tiny=args.tiny, cache=args.worker_cache,
-                  work=args.worker_dir)
+    return worker(args.worker, args.worker_out, lever=args.worker_lever, tiny=args.tiny,
+                  cache=args.worker_cache, work=args.worker_dir)
   if args.cost_figures:
     try:
       figures = cost_figures(json.loads(pathlib.Path(args.cost_figures).read_text()),

@@ -5,6 +5,9 @@
 # there are some) on the path, prints the devices JAX sees, then runs
 # benchmarks/gpu_check.py with the arguments given.
 #   bash benchmarks/gpu_host.sh [gpu_check.py's arguments, e.g. --rows backend,compile]
+#   bash benchmarks/gpu_host.sh --rows levers --out "$OUT/levers.json"   # the levers' rows
+# gpu_check.py's --budget-s (450 s by default) bounds its rows; with this script's start
+# that stays under the device tool's 540 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
