@@ -35,6 +35,8 @@ def test_both_models_get_the_same_graphs_as_train_stream():
       np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(900)  # fresh compile-worker processes, 70-204 s on 2 cores
 def test_tiny_bench_report(tmp_path):
   out = tmp_path / "bench.json"
   # One train length keeps it to one train-step compilation per model and

@@ -15,6 +15,7 @@ def test_duration_buckets():
       "<10us", "10-100us", "10-100us", ">=100us", ">=100us"]
 
 
+@pytest.mark.timeout(900)  # 3.5 minutes on a loaded 2-core machine
 def test_tiny_profile_of_both_impls(tmp_path):
   out = tmp_path / "prof.json"
   assert profile_step.main(["--algorithms", "bfs", "--impl", "ours,clrs", "--hidden", "8",

@@ -38,13 +38,20 @@ from launch import status as status_lib
 REQUIRE_SLURM = os.environ.get("NAR_REQUIRE_SLURM") == "1"
 LOCAL_SLURM = REPO_ROOT / "launch" / "local_slurm.sh"
 SWEEP = REPO_ROOT / "launch" / "sweep.py"
+# Every job these tests submit is named TEST_JOB_NAME: .ci/run cancels this user's jobs of
+# that name left in the queue (by a run killed at its limit) before the tests.
+TEST_JOB_NAME = "nar_markov_tests"
 SMALL_JOBS = ["--gin_param", "slurm_resources.cpus_per_task=1",
               "--gin_param", "slurm_resources.mem_gb=2",
-              "--gin_param", "slurm_resources.timeout_min=30"]
+              "--gin_param", "slurm_resources.timeout_min=30",
+              "--gin_param", f"slurm_resources.job_name='{TEST_JOB_NAME}'"]
 SMOKE_SWEEP = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
                "--gin_param", "ALGORITHMS=['bfs','insertion_sort']",
                "--gin_param", "SEEDS=[0,1]"] + SMALL_JOBS
 SWEEP_TIMEOUT_S = 900
+# Real jobs: the second test stage (-m e2e), each test with its own limit above the
+# suite's 300 s (the sweeps wait up to 1,200 s for sweep.py and 900 s for the jobs).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
 
 def _skip_or_fail(reason: str):
