@@ -213,3 +213,8 @@ def write_result():
     write_run_files(d)
 
   return write
+
+
+# Under CI (CI=true, or NAR_FAIL_ON_SKIPS=1 from .ci/run) a skip not listed in
+# tests/skips_allowed.txt fails the run (tests/skip_allowlist.py).
+pytest_plugins = ["skip_allowlist"]

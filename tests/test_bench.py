@@ -2,6 +2,7 @@
 well-formed report; K seeds per job reports both sides."""
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -35,6 +36,8 @@ def test_both_models_get_the_same_graphs_as_train_stream():
       np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(900)  # fresh compile-worker processes, 70-204 s on 2 cores
 def test_tiny_bench_report(tmp_path):
   out = tmp_path / "bench.json"
   # One train length keeps it to one train-step compilation per model and
@@ -269,18 +272,94 @@ def test_truncated_eval_batch_cuts_time_and_lengths():
   assert bench._truncate_time(feedback, None) is feedback  # pylint: disable=protected-access
 
 
-def test_ab_variants_times_all_three():
-  ms = ab_variants.ab("bfs", reps=1, hidden=8, batch=2, lengths=(4,))
-  assert set(ms) == set(ab_variants.VARIANTS)
-  assert all(len(v) == 1 and v[0] > 0 for v in ms.values())
+class _Clock:
+  """A stand-in for a benchmark module's `time`: perf_counter moves only when a
+  timed call (`advance`) says so, by the seconds the test gives it."""
+
+  def __init__(self):
+    self.now = 0.0
+
+  def perf_counter(self) -> float:
+    return self.now
+
+  def advance(self, seconds: float) -> None:
+    self.now += seconds
 
 
-def test_ab_heaps_times_ours_both_ways_and_clrs():
-  res = ab_heaps.ab("bfs", blocks=1, hidden=8, batch=2, lengths=(4,))
+@pytest.mark.timeout(900)  # three trainers' train steps compiled
+def test_ab_variants_reports_the_median_of_each_variants_timed_steps(monkeypatch):
+  """The real steps run; the clock moves only inside each train step, by 50 s in the
+  compiling round and then by a variant's own durations: each figure must be that
+  variant's median of its timed rounds, in ms, the compiling round left out.  Was:
+  only "> 0" was asserted."""
+  clock = _Clock()
+  monkeypatch.setattr(ab_variants, "time", clock)
+  seconds = {"default": [50, 0.003, 0.001, 0.002], "noremat": [50, 0.007, 0.009, 0.004],
+             "exactT": [50, 0.020, 0.010, 0.030]}   # per round: medians 2, 7 and 20 ms
+  make_learner = ab_variants._learner  # pylint: disable=protected-access
+
+  def timed_learner(name, *args, **kwargs):
+    net = make_learner(name, *args, **kwargs)
+    step, rounds = net.train_step, iter(seconds[name])
+
+    def train_step(*a, **k):
+      out = step(*a, **k)
+      clock.advance(next(rounds))
+      return out
+
+    net.train_step = train_step
+    return net
+
+  monkeypatch.setattr(ab_variants, "_learner", timed_learner)
+  ms = ab_variants.ab("bfs", reps=3, hidden=8, batch=2, lengths=(4,))
+  assert ms == {
+      "default": [pytest.approx(2.0)], "noremat": [pytest.approx(7.0)],
+      "exactT": [pytest.approx(20.0)]}
+
+
+@pytest.mark.timeout(900)  # three trainers' train steps compiled
+def test_ab_heaps_reports_medians_means_and_ratios_of_the_timed_steps(monkeypatch):
+  """The real trainers run; the clock (and the page-fault count) move only inside each
+  trainer's step, by its own figures: per size and over all steps the medians and means
+  of the timed blocks (the warm-up left out), and dm-clrs / ours as their quotients.
+  Was: only "> 0" was asserted."""
+  clock = _Clock()
+  monkeypatch.setattr(ab_heaps, "time", clock)
+  faults = [0]
+  monkeypatch.setattr(ab_heaps, "resource", types.SimpleNamespace(
+      RUSAGE_SELF=0, getrusage=lambda _: types.SimpleNamespace(ru_minflt=faults[0])))
+  # Per trainer, made in this order: the warm-up step, then one step per timed block.
+  seconds = iter([[9.0, 0.003, 0.001, 0.002],    # heaps: median 2 ms, mean 2 ms
+                  [9.0, 0.004, 0.004, 0.007],    # one: median 4, mean 5
+                  [9.0, 0.006, 0.009, 0.006]])   # clrs: median 6, mean 7
+  page_faults = iter([[99, 1, 3, 2], [99, 5, 5, 5], [99, 0, 0, 7]])
+
+  def timed(cls):
+    class Timed(cls):
+      def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seconds, self.faults = iter(next(seconds)), iter(next(page_faults))
+
+      def run(self, prepared):
+        out = super().run(prepared)
+        clock.advance(next(self.seconds))
+        faults[0] += next(self.faults)
+        return out
+    return Timed
+
+  monkeypatch.setattr(bench, "OursTrainer", timed(bench.OursTrainer))
+  monkeypatch.setattr(bench, "ClrsTrainer", timed(bench.ClrsTrainer))
+  res = ab_heaps.ab("bfs", blocks=3, hidden=8, batch=2, lengths=(4,))
   assert res["sizes"] == [4]
-  for name in ab_heaps.TRAINERS:
-    assert res[name]["ms_median"] > 0 and res[name]["faults_median_by_nb_nodes"]["4"] >= 0
-  assert res["ratio_heaps"] == res["clrs"]["ms_median"] / res["heaps"]["ms_median"]
+  expected = {"heaps": (2.0, 2.0, 2), "one": (4.0, 5.0, 5), "clrs": (6.0, 7.0, 0)}
+  for name, (median, mean, median_faults) in expected.items():
+    r = res[name]
+    assert r["ms_median_by_nb_nodes"] == {"4": pytest.approx(median)}, name
+    assert r["ms_median"] == pytest.approx(median) and r["ms_mean"] == pytest.approx(mean)
+    assert r["faults_median_by_nb_nodes"] == {"4": median_faults}, name
+  assert res["ratio_heaps"] == pytest.approx(3.0) and res["ratio_one"] == pytest.approx(1.5)
+  assert res["ratio_mean_heaps"] == pytest.approx(3.5)
+  assert res["ratio_mean_one"] == pytest.approx(1.4)
 
 
 def test_ab_heaps_refuses_a_report_with_other_settings(tmp_path):

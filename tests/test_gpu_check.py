@@ -110,6 +110,8 @@ def test_a_row_stopped_by_the_budget_keeps_what_it_measured(tmp_path):
   assert entry["log_tail"] == log.splitlines()[-25:]
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(1200)
 def test_the_tiny_check_on_this_cpu(tmp_path, monkeypatch):
   """The default rows and both levers, as the GPU host runs them, at a CPU's size."""
   out = tmp_path / "out" / "gpu_check.json"
@@ -167,6 +169,8 @@ def test_the_tiny_check_on_this_cpu(tmp_path, monkeypatch):
   assert gpu_check.main(["--cost-figures", str(full)]) == 2
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("row", ["steady", "seeds", "drivers"])
 def test_the_other_rows_at_a_tiny_size(row, tmp_path):
   out = tmp_path / f"{row}.json"

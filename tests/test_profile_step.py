@@ -15,6 +15,7 @@ def test_duration_buckets():
       "<10us", "10-100us", "10-100us", ">=100us", ">=100us"]
 
 
+@pytest.mark.timeout(900)  # 3.5 minutes on a loaded 2-core machine
 def test_tiny_profile_of_both_impls(tmp_path):
   out = tmp_path / "prof.json"
   assert profile_step.main(["--algorithms", "bfs", "--impl", "ours,clrs", "--hidden", "8",
@@ -23,16 +24,41 @@ def test_tiny_profile_of_both_impls(tmp_path):
   report = json.loads(out.read_text())
   for impl in ("ours", "clrs"):
     s = report["algorithms"]["bfs"][impl]["summary"]
-    assert s["thunks"] > 0 and s["busy_ms"] > 0
+    run = report["algorithms"]["bfs"][impl]["per_size"]["4"]
+    # Each thunk of the trace is counted once by stage, once by duration and once as a
+    # product or the rest: the three sums are the same busy time.
+    assert run["thunks"] == int(run["thunks"]) >= len(run["top_ops"]) > 0  # one rep: a count
+    assert sum(run["ms"].values()) == pytest.approx(run["busy_ms"])
+    assert sum(run["busy_ms_by_duration"].values()) == pytest.approx(run["busy_ms"])
+    assert (sum(run["products_ms"].values()) + run["rest_ms"]
+            == pytest.approx(run["busy_ms"]))
+    assert run["rest_gbps"] == pytest.approx(run["rest_mb"] / run["rest_ms"])
+    # One size: the summary is that size's figures, split by stage and phase.
+    for key in ("busy_ms", "thunks", "wall_ms", "untraced_ms", "minor_faults", "rest_mb"):
+      assert s[key] == pytest.approx(run[key]), key
+    assert s["rest_gbps"] == pytest.approx(run["rest_gbps"])
+    for row in s["stages"].values():
+      assert row["total"] == pytest.approx(row["fwd"] + row["remat"] + row["bwd"])
+      assert row["share"] == pytest.approx(row["total"] / s["busy_ms"])
     assert sum(s["busy_share_by_duration"].values()) == pytest.approx(1.0)
     assert sum(row["share"] for row in s["stages"].values()) == pytest.approx(1.0)
     # Page faults and CPU time per untraced step, read by getrusage.
     # (getrusage splits CPU time by ticks, so a tiny step may show none of either.)
     assert s["minor_faults"] >= 0 and s["user_ms"] >= 0 and s["sys_ms"] >= 0
-    assert s["untraced_ms"] > 0
+    assert s["first_touch_mb"] == pytest.approx(
+        s["minor_faults"] * resource.getpagesize() / 2**20)
   assert "glibc_tunables" in report["settings"]
   c = report["algorithms"]["bfs"]["ceiling"]
-  assert c["median_size"] == "4" and c["at_limit_share_cycle"] > 0
+  ours_run = report["algorithms"]["bfs"]["ours"]["per_size"]["4"]
+  clrs_run = report["algorithms"]["bfs"]["clrs"]["per_size"]["4"]
+  # dm-clrs's untraced step over ours; the message MLP's FLOPs at the product's rate
+  # over ours' step.
+  assert c["ratio_now_cycle"] == pytest.approx(clrs_run["untraced_ms"]
+                                               / ours_run["untraced_ms"])
+  assert ours_run["mlp_floor_ms"] == pytest.approx(
+      1e3 * ours_run["mlp_flops"] / 1e9 / ours_run["matmul_limit_gflops"])
+  assert c["median_size"] == "4" and c["at_limit_share_cycle"] == pytest.approx(
+      ours_run["mlp_floor_ms"] / ours_run["untraced_ms"])
   # dm-clrs's step over ours, and over the message MLP's floor under ours' step.
   assert c["ratio_ceiling_cycle"] == pytest.approx(c["ratio_now_cycle"]
                                                    / c["at_limit_share_cycle"])

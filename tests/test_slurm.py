@@ -22,7 +22,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -38,13 +37,20 @@ from launch import status as status_lib
 REQUIRE_SLURM = os.environ.get("NAR_REQUIRE_SLURM") == "1"
 LOCAL_SLURM = REPO_ROOT / "launch" / "local_slurm.sh"
 SWEEP = REPO_ROOT / "launch" / "sweep.py"
+# Every job these tests submit is named TEST_JOB_NAME: .ci/run cancels this user's jobs of
+# that name left in the queue (by a run killed at its limit) before the tests.
+TEST_JOB_NAME = "nar_markov_tests"
 SMALL_JOBS = ["--gin_param", "slurm_resources.cpus_per_task=1",
               "--gin_param", "slurm_resources.mem_gb=2",
-              "--gin_param", "slurm_resources.timeout_min=30"]
+              "--gin_param", "slurm_resources.timeout_min=30",
+              "--gin_param", f"slurm_resources.job_name='{TEST_JOB_NAME}'"]
 SMOKE_SWEEP = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
                "--gin_param", "ALGORITHMS=['bfs','insertion_sort']",
                "--gin_param", "SEEDS=[0,1]"] + SMALL_JOBS
 SWEEP_TIMEOUT_S = 900
+# Real jobs: the second test stage (-m e2e), each test with its own limit above the
+# suite's 300 s (the sweeps wait up to 1,200 s for sweep.py and 900 s for the jobs).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
 
 def _skip_or_fail(reason: str):
@@ -223,52 +229,105 @@ def test_local_cluster_writes_the_same_results(slurm_sweep, sweep_env, tmp_path)
     assert comparable(local) == comparable(on_slurm), algorithm
 
 
-def _task_pid(job_id: str) -> int:
-  """PID of the job step's task (the training process), from slurmd."""
-  # listpids wants the array task's own job id (%A), not "<array>_<task>".
-  raw_id = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%A"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-  out = subprocess.run(["scontrol", "listpids", raw_id], capture_output=True,
-                       text=True, check=True).stdout
-  for line in out.splitlines()[1:]:
-    pid, _, step, localid = line.split()[:4]
-    if step == "0" and localid == "0":
-      return int(pid)
-  raise AssertionError(f"no task pid for {job_id}:\n{out}")
+# A test hook, put on the jobs' PYTHONPATH (sbatch exports the sweep's environment): the
+# first time a run writes its checkpoint (checkpoint.npz) it says so in $NAR_TEST_HOLD_DIR
+# (<seed folder>.held, holding its pid) and then waits there for ever, so that what the
+# test does to it next happens at that step, however fast the run is.  Its later
+# attempts (the marker is there) run on.
+_HOLD_HOOK = """\
+import importlib.abc
+import importlib.machinery
+import os
+import pathlib
+import sys
+import time
+
+HOLD_DIR = pathlib.Path(os.environ["NAR_TEST_HOLD_DIR"])
 
 
-def _freeze_until_gone(pid: int, timeout_s: float = 60) -> None:
-  """Hold a process stopped until it is killed.
+def _hold_once(path):
+  path = pathlib.Path(path)
+  held = HOLD_DIR / (path.parent.name + ".held")
+  if path.name != "checkpoint.npz" or held.exists():
+    return
+  tmp = held.with_suffix(".tmp")
+  tmp.write_text(str(os.getpid()))
+  tmp.rename(held)
+  while True:  # until a signal's handler or a kill ends it
+    time.sleep(0.05)
 
-  `scontrol requeue` sends SIGCONT + SIGTERM (which submitit ignores) and
-  SIGKILL KillWait seconds later; a smoke run could finish inside that window.
-  Re-stopping it pins the requeue to the step it was frozen at.
-  """
+
+class _PatchCheckpoint(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path, target=None):
+    if name != "nar_markov.checkpoint":
+      return None
+    spec = importlib.machinery.PathFinder.find_spec(name, path)
+    exec_module = spec.loader.exec_module
+
+    def exec_and_patch(module):
+      exec_module(module)
+      save = module.save
+
+      def save_then_hold(path, *args, **kwargs):
+        save(path, *args, **kwargs)
+        _hold_once(path)
+
+      module.save = save_then_hold
+
+    spec.loader.exec_module = exec_and_patch
+    return spec
+
+
+sys.meta_path.insert(0, _PatchCheckpoint())
+"""
+
+
+def _held_runs(hold_dir: pathlib.Path, names, timeout_s: float = SWEEP_TIMEOUT_S) -> dict:
+  """{seed folder name: pid} once each of `names` holds after its first checkpoint."""
+  t0 = time.time()
+  while True:
+    pids = {n: int((hold_dir / f"{n}.held").read_text()) for n in names
+            if (hold_dir / f"{n}.held").exists()}
+    if len(pids) == len(names):
+      return pids
+    assert time.time() - t0 < timeout_s, f"no checkpoint written by {set(names) - set(pids)}"
+    time.sleep(0.2)
+
+
+def _wait_gone(pid: int, timeout_s: float = 120) -> None:
   t0 = time.time()
   while time.time() - t0 < timeout_s:
     try:
-      os.kill(pid, signal.SIGSTOP)
+      os.kill(pid, 0)
     except ProcessLookupError:
       return
-    time.sleep(0.02)
-  raise AssertionError(f"process {pid} still alive {timeout_s}s after requeue")
+    time.sleep(0.1)
+  raise AssertionError(f"process {pid} still alive {timeout_s}s after its requeue")
 
 
-def _wait_pending(pid: int, sig: signal.Signals, timeout_s: float = 30) -> None:
-  """Until `sig` is pending for the (stopped) process, per /proc/<pid>/status."""
-  bit = 1 << (int(sig) - 1)
+def _wait_requeued(job_id: str, timeout_s: float = 120) -> None:
+  """Until Slurm shows the job back in its queue after a requeue (Restarts >= 1,
+  pending or running again)."""
   t0 = time.time()
+  out = ""
   while time.time() - t0 < timeout_s:
-    fields = dict(line.split(":", 1) for line in
-                  pathlib.Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    if (int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)) & bit:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                         text=True, check=False).stdout
+    restarts = re.search(r"Restarts=(\d+)", out)
+    state = re.search(r"JobState=(\w+)", out)
+    if (restarts and int(restarts.group(1)) >= 1 and state
+        and state.group(1) in ("PENDING", "RUNNING")):
       return
-    time.sleep(0.02)
-  raise AssertionError(f"{sig.name} never reached process {pid}")
+    time.sleep(0.2)
+  raise AssertionError(f"job {job_id} not back in the queue {timeout_s}s after its requeue:\n{out}")
 
 
 def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
     slurm, sweep_env, tmp_path):
+  """Each run holds right after its first checkpoint (a test hook, _HOLD_HOOK); then
+  seed 0 is requeued by Slurm and seed 1 preempted (submitit's USR2).  Both resume from
+  that checkpoint, whatever the machine's speed.  Was: each run was stopped with SIGSTOP
+  once its checkpoint appeared, and had to outlast squeue, scontrol and the signal."""
   results = tmp_path / "requeue_results"
   train_steps = 300
   args = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
@@ -277,36 +336,34 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
           "--gin_param", "Protocol.checkpoint_every_steps=10",
           "--gin_param", "Protocol.log_every_steps=10",
           "--gin_param", "Protocol.eval_every_steps=150"] + SMALL_JOBS
-  proc = _sweep(args + ["--cluster", "slurm", "--results", str(results)],
-                sweep_env, tmp_path)
+  hook, hold_dir = tmp_path / "hold_hook", tmp_path / "held"
+  hook.mkdir()
+  hold_dir.mkdir()
+  (hook / "sitecustomize.py").write_text(_HOLD_HOOK)
+  env = dict(sweep_env, NAR_TEST_HOLD_DIR=str(hold_dir),
+             PYTHONPATH=os.pathsep.join(filter(None, [str(hook),
+                                                      sweep_env.get("PYTHONPATH")])))
+  proc = _sweep(args + ["--cluster", "slurm", "--results", str(results)], env, tmp_path)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   try:
     (m,) = jobs_lib.read_manifests(results)
     jobs = {j["seed"]: j for j in m["jobs"]}
     ckpt = {s: pathlib.Path(jobs[s]["run_dir"]) / "checkpoint.npz" for s in (0, 1)}
-    # Freeze each run right after its first checkpoint: post-compile, a smoke
-    # run finishes its 300 steps in seconds.
-    pids = {}
-    t0 = time.time()
-    while len(pids) < 2:
-      for s in (0, 1):
-        if s not in pids and ckpt[s].exists():
-          pids[s] = _task_pid(jobs[s]["job_id"])
-          os.kill(pids[s], signal.SIGSTOP)
-        assert not (pathlib.Path(jobs[s]["run_dir"]) / "result.json").exists(), \
-            f"seed {s} finished before it could be interrupted"
-      assert time.time() - t0 < SWEEP_TIMEOUT_S, "no checkpoint written"
-      time.sleep(0.05)
+    held = _held_runs(hold_dir, ["seed0", "seed1"])
+    pids = {s: held[f"seed{s}"] for s in (0, 1)}
+    first_step = {s: runs_lib.read_state(ckpt[s])["step"] for s in (0, 1)}
+    assert first_step == {0: 10, 1: 10}  # checkpoint_every_steps
 
-    # seed 0: requeued by the scheduler (an admin, a node drain) mid-run.
+    # seed 0: requeued by the scheduler (an admin, a node drain) mid-run: SIGTERM, which
+    # submitit ignores, then SIGKILL.
     subprocess.run(["scontrol", "requeue", jobs[0]["job_id"]], check=True)
-    _freeze_until_gone(pids[0])
-    requeued_at_step = runs_lib.read_state(ckpt[0])["step"]
+    _wait_gone(pids[0])
+    _wait_requeued(jobs[0]["job_id"])
     # seed 1: preempted -- submitit's own signal, as before a timeout: it calls
     # Job.checkpoint() and requeues itself.
     subprocess.run(["scancel", "--signal=USR2", jobs[1]["job_id"]], check=True)
-    _wait_pending(pids[1], signal.SIGUSR2)
-    os.kill(pids[1], signal.SIGCONT)
+    _wait_gone(pids[1])
+    _wait_requeued(jobs[1]["job_id"])
 
     _wait_for_sweep(results, expected_runs=2)
   finally:
@@ -325,19 +382,20 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
   log0 = pathlib.Path(jobs[0]["stderr"]).read_text()
   assert "DUE TO JOB REQUEUE" in log0
   resumed = re.findall(r"resuming baseline/bfs/seed0 from step (\d+)", log0)
-  assert resumed == [str(requeued_at_step)], log0[-3000:]
-  assert 10 <= requeued_at_step < train_steps
+  assert resumed == [str(first_step[0])], log0[-3000:]
 
   log1 = pathlib.Path(jobs[1]["stderr"]).read_text()
   assert "Caught signal SIGUSR2" in log1 and "Calling checkpoint method" in log1
   assert f"Requeued job {jobs[1]['job_id']}" in log1
   resumed = re.findall(r"resuming baseline/bfs/seed1 from step (\d+)", log1)
-  assert len(resumed) == 1 and 10 <= int(resumed[0]) < train_steps, log1[-3000:]
+  assert resumed == [str(first_step[1])], log1[-3000:]
 
 
 GFORGET_SWEEP = ["--gin", "gin/gforget.gin", "--gin", "gin/smoke.gin",
                  "--gin_param", "ALGORITHMS=['bfs','insertion_sort']",
                  "--gin_param", "SEEDS=[0,1]"] + SMALL_JOBS
+# Every job of the sweep held back an hour (sbatch --begin): it stays queued.
+HELD_BACK = ["--gin_param", "slurm_resources.additional_parameters={'begin': 'now+1hour'}"]
 
 
 def _scontrol_dependency(job_id: str) -> str:
@@ -347,14 +405,24 @@ def _scontrol_dependency(job_id: str) -> str:
   return m.group(1) if m else ""
 
 
+def _release(array_ids) -> None:
+  """Jobs held back by --begin start now (each array's tasks alike)."""
+  for array_id in sorted(array_ids):
+    subprocess.run(["scontrol", "update", f"JobId={array_id}", "StartTime=now"], check=True)
+
+
 def test_gforget_sweep_calibrates_first_and_each_task_waits_for_its_algorithm(
     slurm, sweep_env, tmp_path):
   """One command: a calibration array, then per algorithm an array whose tasks
   depend (afterok) on that algorithm's calibration task; the runs read lambda
-  from the records; a rerun submits nothing."""
+  from the records; a rerun submits nothing.  The jobs are held back an hour until
+  Slurm has shown each run's dependency, then released.  Was: the dependency was read
+  whenever the test got to it, and "(null)" (what Slurm shows with none, or once it is
+  met) passed."""
   results = tmp_path / "results"
-  proc = _sweep(GFORGET_SWEEP + ["--cluster", "slurm", "--results", str(results)],
-                sweep_env, tmp_path)
+  args = GFORGET_SWEEP + HELD_BACK + ["--cluster", "slurm", "--results", str(results)]
+  proc = _sweep(args, sweep_env, tmp_path)
+  calib = {}
   try:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -367,14 +435,16 @@ def test_gforget_sweep_calibrates_first_and_each_task_waits_for_its_algorithm(
     assert len(runs) == 4, out
     for job_id, alg, _, after in runs:
       assert after == task_of[alg]
-      dependency = _scontrol_dependency(job_id)
-      # Pending: afterok on its own algorithm's calibration task (Slurm prints
-      # the task as <array>_<index>, or drops it once satisfied).
-      assert dependency in ("(null)", "") or f"afterok:{after}" in dependency, dependency
+      # Slurm's own record: afterok on its own algorithm's calibration task, which
+      # (held back) has not run.
+      assert _scontrol_dependency(job_id) == f"afterok:{after}(unfulfilled)", job_id
+    for task in calib:
+      assert _scontrol_dependency(task) == "(null)", task
+    _release({j.split("_")[0] for j in list(calib) + [r[0] for r in runs]})
     _wait_for_sweep(results, expected_runs=4)
   finally:
     _cancel_jobs(results)
-    ids = sorted({t.split("_")[0] for t in calib}) if proc.returncode == 0 else []
+    ids = sorted({t.split("_")[0] for t in calib})
     if ids:
       subprocess.run(["scancel"] + ids, capture_output=True, check=False)
   for alg in ("bfs", "insertion_sort"):
@@ -386,8 +456,7 @@ def test_gforget_sweep_calibrates_first_and_each_task_waits_for_its_algorithm(
       assert r["penalty_start_step"] == record["calibration_step"] == 12
       # Seed 0 was a calibration seed (gin/smoke.gin): its run continued from there.
       assert ("continued_from" in info) == (seed == 0)
-  again = _sweep(GFORGET_SWEEP + ["--cluster", "slurm", "--results", str(results)],
-                 sweep_env, tmp_path)
+  again = _sweep(args, sweep_env, tmp_path)
   assert again.returncode == 0, again.stderr
   assert again.stdout.splitlines()[:2] == [
       "sweep gforget: 4 runs (2 algorithms x 2 seeds) on slurm; 0 runs to submit, 4 already done",
@@ -436,9 +505,7 @@ echo "$out"
 exit $rc
 """)
   (bin_dir / "sbatch").chmod(0o755)
-  args = GFORGET_SWEEP + [
-      "--gin_param", "slurm_resources.additional_parameters={'begin': 'now+1hour'}",
-      "--cluster", "slurm", "--results", str(results)]
+  args = GFORGET_SWEEP + HELD_BACK + ["--cluster", "slurm", "--results", str(results)]
   try:
     first = _sweep(args, dict(sweep_env, PATH=f"{bin_dir}:{sweep_env['PATH']}"), tmp_path)
     assert first.returncode == code, first.stdout + first.stderr
@@ -528,6 +595,10 @@ def test_when_slurm_cannot_be_asked_nothing_is_submitted_twice(slurm, sweep_env,
     first = _sweep(args, sweep_env, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     (job_id,) = _job_ids(results)
+    # The name .ci/run cancels leftover jobs by.
+    name = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%j"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert name == TEST_JOB_NAME
     again = _sweep(args, sweep_env, tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.splitlines()[0].endswith("0 runs to submit, 0 already done, "
