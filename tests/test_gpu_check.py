@@ -206,6 +206,8 @@ def test_the_other_rows_at_a_tiny_size(row, tmp_path):
     assert result["shapes_per_run"]["total"] == 7
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(1200)
 def test_the_lever_rows_at_a_tiny_size(tmp_path, monkeypatch):
   """init (dm-clrs's op by op and jitted, ours) under the cache lever and dm-clrs's
   sampler's recompiles, in fresh processes as the GPU host runs them (caps raised: this
