@@ -988,11 +988,32 @@ def test_an_unreadable_manifest_is_one_warning(write_result, tmp_path, fake_slur
     assert proc.stderr.count("warning: unreadable sweep manifest") == 1, proc.stderr
 
 
-def _descendants(pid):
-  out = []
-  for child in jobs_lib.child_pids(pid):
-    out += [child] + _descendants(child)
-  return out
+# A job function and a controller hook the local job's processes import (tests/ is not on
+# their path): the job writes its pid to a marker file, then sleeps; with
+# NAR_MARKOV_TEST_SLOW_FORK set, submitit's controller sleeps right after forking the
+# process that runs the job, before it records it -- the window in which a SIGINT to the
+# controller alone leaves that process running, widened to minutes.
+_PROBE = """
+import os, pathlib, time
+
+def mark_and_sleep(marker):
+  pathlib.Path(marker).write_text(str(os.getpid()))
+  time.sleep(600)
+"""
+_SLOW_FORK = """
+import os
+if (os.environ.get("NAR_MARKOV_TEST_SLOW_FORK") and "SUBMITIT_LOCAL_NTASKS" in os.environ
+    and "SUBMITIT_LOCAL_JOB_ID" not in os.environ):  # submitit's controller, not its task
+  import pathlib, subprocess, time
+
+  class _SlowPopen(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      pathlib.Path(os.environ["NAR_MARKOV_TEST_SLOW_FORK"]).write_text(str(self.pid))
+      time.sleep(600)  # forked, not recorded in the controller's tasks yet
+
+  subprocess.Popen = _SlowPopen
+"""
 
 
 def _alive(pid):
@@ -1000,32 +1021,68 @@ def _alive(pid):
   return fields is not None and fields[0] != "Z"  # a zombie has ended
 
 
-@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
-def test_cancelling_a_local_job_ends_the_process_that_runs_it(tmp_path):
+def _wait_for(path: pathlib.Path, timeout_s: float = 120) -> int:
+  deadline = time.time() + timeout_s
+  while not (path.exists() and path.read_text()) and time.time() < deadline:
+    time.sleep(0.05)
+  assert path.exists() and path.read_text(), f"{path} not written in {timeout_s} s"
+  return int(path.read_text())
+
+
+def _local_job(tmp_path, monkeypatch, slow_fork: bool):
   """A real local job, started as the sweep starts one (through a shell, for the setup
-  lines): cancelled, every process under it ends, the one running the call included; with
-  submitit's cancel alone (SIGINT to the shell) the controller and the call run on."""
+  lines), running `mark_and_sleep`; (job, the marker its call writes, the fork marker)."""
   from launch import submit  # pylint: disable=g-import-not-at-top
+  hooks = tmp_path / "hooks"
+  hooks.mkdir()
+  (hooks / "cancel_probe.py").write_text(_PROBE)
+  (hooks / "sitecustomize.py").write_text(_SLOW_FORK)
+  monkeypatch.syspath_prepend(str(hooks))
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+      [str(hooks)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+  forked = tmp_path / "forked"
+  if slow_fork:
+    monkeypatch.setenv("NAR_MARKOV_TEST_SLOW_FORK", str(forked))
+  import cancel_probe  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   results = tmp_path / "results"
   results.mkdir()
   resources = cluster.SlurmResources()
   assert resources.setup, "the default has setup lines: the job starts through a shell"
   executor = submit.make_executor("local", results, resources)
-  job = executor.submit(time.sleep, 600)
-  deadline = time.time() + 120
-  while len(_descendants(job._process.pid)) < 2 and time.time() < deadline:  # pylint: disable=protected-access
-    time.sleep(0.2)
-  tree = _descendants(job._process.pid)  # pylint: disable=protected-access
-  assert len(tree) >= 2, tree  # the controller and the process running time.sleep
+  marker = tmp_path / "running"
+  return executor.submit(cancel_probe.mark_and_sleep, str(marker)), marker, forked
+
+
+def _cancel_and_check(job, call_pid):
+  from launch import submit  # pylint: disable=g-import-not-at-top
+  group = job._process.pid  # pylint: disable=protected-access
   try:
     submit.cancel(job)
-    deadline = time.time() + 30
-    while any(_alive(p) for p in tree) and time.time() < deadline:
-      time.sleep(0.2)
-    assert not [p for p in tree if _alive(p)]
+    assert not _alive(call_pid), "the process running the call is still running"
+    assert not submit._group_alive(group)  # pylint: disable=protected-access
   finally:  # nothing left running when it fails
-    for p in tree:
+    for kill in (lambda: os.killpg(group, signal.SIGKILL), lambda: os.kill(call_pid, 9)):
       try:
-        os.kill(p, signal.SIGKILL)
-      except ProcessLookupError:
+        kill()
+      except (ProcessLookupError, PermissionError):
         pass
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_cancelling_a_local_job_ends_the_process_that_runs_it(tmp_path, monkeypatch):
+  """Cancelled once its call is running (the marker it writes), every process of the job
+  ends, the one running the call included; with submitit's cancel alone (SIGINT to the
+  shell) the controller and the call ran on."""
+  job, marker, _ = _local_job(tmp_path, monkeypatch, slow_fork=False)
+  _cancel_and_check(job, _wait_for(marker))
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_a_job_cancelled_while_its_controller_forks_it_ends(tmp_path, monkeypatch):
+  """Cancelled while submitit's controller is inside Popen (the call forked and running,
+  not yet in the controller's tasks, so its kill_tasks does not know it): the call ends
+  too.  Signalling the controller (and the children it knew) left it running."""
+  job, marker, forked = _local_job(tmp_path, monkeypatch, slow_fork=True)
+  call_pid = _wait_for(marker)
+  assert _wait_for(forked) == call_pid  # the controller is in the window now
+  _cancel_and_check(job, call_pid)
