@@ -1086,3 +1086,51 @@ def test_a_job_cancelled_while_its_controller_forks_it_ends(tmp_path, monkeypatc
   call_pid = _wait_for(marker)
   assert _wait_for(forked) == call_pid  # the controller is in the window now
   _cancel_and_check(job, call_pid)
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_ctrl_c_of_a_local_sweep_is_one_line_and_leaves_no_job(tmp_path, data_cache_dir):
+  """A terminal's Ctrl-C (SIGINT to the sweep's whole process group) while a local job
+  runs: the sweep says so in one line (exit 130) and the job's processes end.  Was: the
+  job's submitit controller, in the sweep's group, got the SIGINT too and printed its
+  KeyboardInterrupt traceback on the sweep's terminal."""
+  results = tmp_path / "results"
+  env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir))
+  proc = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, str(REPO_ROOT / "launch" / "sweep.py")] + SMOKE
+      + ["--gin_param", "ALGORITHMS=['bfs']", "--cluster", "local", "--results", str(results)],
+      cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+      start_new_session=True)
+  job = None
+  try:
+    for line in proc.stdout:
+      found = re.search(r": started \(pid (\d+)", line)
+      if found:
+        job = int(found.group(1))
+        break
+    assert job is not None, proc.stderr.read()
+    marker = results / "_logs" / str(job) / f"{job}_0_log.err"
+    _wait_for_file(marker)  # the job's call runs (its log is open)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    (said,) = [l for l in err.splitlines() if l.strip()]
+    assert said.startswith("sweep.py: interrupted by SIGINT: [1/1] baseline/bfs/seed0: job "), said
+    from launch import submit  # pylint: disable=g-import-not-at-top
+    assert not submit._group_alive(job)  # pylint: disable=protected-access
+  finally:
+    for group in (proc.pid, job):
+      try:
+        if group is not None:
+          os.killpg(group, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=30)
+
+
+def _wait_for_file(path: pathlib.Path, timeout_s: float = 120) -> None:
+  deadline = time.time() + timeout_s
+  while not path.exists() and time.time() < deadline:
+    time.sleep(0.05)
+  assert path.exists(), f"{path} not written in {timeout_s} s"
