@@ -149,7 +149,7 @@ def cmd_sweep(args, argv: List[str]) -> int:
   if args.dry_run:
     plan = _checked_plan(args, sweep_runs, results_dir)
     print("\n".join(plan_lib.summary(plan, cluster_name)
-                    + plan_lib.dry_run(plan, cluster_name, resources)))
+                    + plan_lib.dry_run(plan, cluster_name, resources, full=args.list)))
     return 0
   with contextlib.ExitStack() as lock:
     try:  # one sweep at a time plans and submits on a results folder

@@ -165,6 +165,17 @@ def test_cluster_slurm_without_sbatch_is_an_error(tmp_path, monkeypatch, capsys)
   assert "`sbatch` is not on PATH" in capsys.readouterr().err
 
 
+def test_a_slurm_dry_run_plans_without_sbatch(tmp_path, monkeypatch, capsys):
+  """The look before a 300-job submission, on a laptop: was refused ("sbatch is not on
+  PATH")."""
+  monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
+  rc = sweep.main(SMOKE + ["--cluster", "slurm", "--dry-run", "--results", str(tmp_path / "r")])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  assert "slurm resources per run: partition=default cpus_per_task=2" in out
+  assert out.splitlines()[-1] == "dry run: nothing submitted"
+
+
 def test_cluster_auto_picks_slurm_only_with_sbatch(tmp_path, monkeypatch, fake_slurm):
   assert sweep.pick_cluster("auto") == "slurm"
   monkeypatch.setenv("PATH", str(tmp_path))
@@ -176,25 +187,42 @@ def test_cluster_auto_picks_slurm_only_with_sbatch(tmp_path, monkeypatch, fake_s
 
 
 def test_dry_run_lists_runs_and_skips_done_ones(write_result, tmp_path, fake_slurm, capsys):
+  """What the sweep will ask for comes first (the arrays, their resources, additional
+  sbatch parameters and setup, the cost), then the runs: counts per model x algorithm,
+  a line per run with --list."""
   results = tmp_path / "results"
   write_result(results, "baseline", "bfs", 1)
-  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
-                           "--gin_param", "slurm_resources.mem_gb=2", "--dry-run"])
-  out = capsys.readouterr().out
-  assert rc == 0
-  lines = out.splitlines()
-  assert lines[0] == ("sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
-                      "3 runs to submit, 1 already done")
-  table = [l.split() for l in lines[1:5]]
-  assert table == [
+  args = SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
+                  "--gin_param", "slurm_resources.mem_gb=2", "--gin_param",
+                  "slurm_resources.additional_parameters={'account': 'lab'}", "--dry-run"]
+  outs = []
+  for extra in ([], ["--list"]):
+    assert sweep.main(args + extra) == 0
+    outs.append(capsys.readouterr().out.splitlines())
+  for lines in outs:
+    assert lines[0] == ("sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
+                        "3 runs to submit, 1 already done")
+    assert lines[1:5] == [
+        "slurm job arrays: 1; training: 1 array, 3 tasks",
+        "slurm resources per run: partition=default cpus_per_task=2 mem_gb=2.0 "
+        "gpus_per_task=0 timeout_min=240 array_parallelism=64",
+        "slurm additional parameters: requeue=True account=lab",
+        "slurm setup: export XLA_PYTHON_CLIENT_PREALLOCATE=false"]
+    assert lines[5].startswith("planned cost -- ESTIMATES")
+    assert lines[-1] == "dry run: nothing submitted"
+  folded, full = outs
+  start = folded.index("runs per model/algorithm (2):")
+  assert folded[start + 1:start + 4] == [
+      "  baseline/bfs             2 runs: 1 submit, 1 skip (done)",
+      "  baseline/insertion_sort  2 runs: 2 submit",
+      "  (--list: a line per run)"]
+  start = next(i for i, l in enumerate(full) if l.split()[:1] == ["submit"])
+  assert [l.split() for l in full[start:start + 4]] == [
       ["submit", "baseline/bfs/seed0", f"{results}/baseline/bfs/seed0"],
       ["skip", "(done)", "baseline/bfs/seed1", f"{results}/baseline/bfs/seed1"],
       ["submit", "baseline/insertion_sort/seed0", f"{results}/baseline/insertion_sort/seed0"],
       ["submit", "baseline/insertion_sort/seed1", f"{results}/baseline/insertion_sort/seed1"],
   ]
-  assert lines[5] == ("slurm resources per run: partition=default cpus_per_task=2 "
-                      "mem_gb=2.0 gpus_per_task=0 timeout_min=240 array_parallelism=64")
-  assert lines[-1] == "dry run: nothing submitted"
   assert _scripts(fake_slurm) == [] and not (results / "_sweeps").exists()
 
 
