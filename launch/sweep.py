@@ -12,7 +12,10 @@ Runs that are done (their result reads back with the settings asked for, beside 
 files that replay and re-score it), or whose last job is queued or running, are skipped;
 the rest go out as one submitit job array (G-ForgetNet: after a λ calibration per
 algorithm), each array recorded in the sweep's manifest before the next goes out.
---dry-run checks and prints what the sweep would do; bad input, results or checkpoints
+--dry-run checks and prints what the sweep would do: first what it asks for (Slurm's job
+arrays and resources, the cost), then the runs folded per model x algorithm (--list: one
+line each); bad input (launch/inputs.py: gin files whose order would decide the sweep, a
+binding the model does not use, one that does not parse), results or checkpoints
 made with other settings, and a data cache the jobs could not write exit with code 2
 and submit nothing.  A signal (Ctrl-C, kill, a closed terminal) stops the sweep after
 the array it reached, in one line (exit 128 + the signal); a file it cannot write (a
