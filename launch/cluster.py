@@ -402,13 +402,18 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
                 results_dir: str) -> List[Run]:
   """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
 
-  Raises ValueError, with the reason in one line, for a missing gin file, an unknown
-  or malformed binding, macro or axis, a missing or unknown model, an unknown
+  Raises ValueError, with the reason in one line, for a missing gin file, files whose
+  order would decide the sweep (two model files, a model file after an overlay:
+  launch/inputs.py), an unknown or malformed binding, macro or axis, a binding on a
+  component the model does not use, a missing or unknown model, an unknown
   algorithm, bad seeds or SEEDS_PER_JOB, or an algorithm G-ForgetNet has no lambda
   for -- before anything runs.  Leaves gin parsed, so `SlurmResources()` is this
   sweep's.
   """
+  from launch import inputs  # pylint: disable=g-import-not-at-top
   try:
+    inputs.check_files(list(gin_files))
+    inputs.check_binding_syntax(list(gin_params))
     config_lib.parse_gin(list(gin_files))
     _check_names(gin_params)
     config_lib.parse_gin(list(gin_files), list(gin_params))
@@ -424,6 +429,10 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
   components = runspec.configured()
   model = runspec.check_label(components["model"], components["net"],
                               components["penalty"])
+  inputs.check_used(gin_params, runspec.unused_components(model, components["net"],
+                                                         components["penalty"]))
+  if components["penalty"] is not None and not model.endswith(runspec.MULTITASK_SUFFIX):
+    lambda_heuristic.LambdaHeuristic()  # its bindings checked here, not in N jobs
   multitask = axes["multitask"]
   if multitask != model.endswith(runspec.MULTITASK_SUFFIX):
     raise ValueError(

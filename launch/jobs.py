@@ -78,16 +78,6 @@ def _start_time(pid: int) -> Optional[str]:
   return None if fields is None else fields[19]  # field 22: start time in clock ticks
 
 
-def child_pids(pid: int) -> List[int]:
-  """The processes whose parent is `pid` (Linux /proc), [] where there is no /proc."""
-  out = []
-  for proc in pathlib.Path("/proc").glob("[0-9]*/stat"):
-    fields = stat_fields(proc.parent.name)
-    if fields is not None and len(fields) > 1 and fields[1] == str(pid):  # field 4: ppid
-      out.append(int(proc.parent.name))
-  return out
-
-
 def process_token() -> dict:
   """This process, recognisably: pid, host and start time (pids are reused)."""
   return {"pid": os.getpid(), "host": socket.gethostname(),

@@ -185,24 +185,74 @@ def summary(plan: Plan, cluster_name: str) -> List[str]:
   return lines
 
 
-def dry_run(plan: Plan, cluster_name: str, resources: cluster.SlurmResources) -> List[str]:
-  """What --dry-run prints after the summary: each calibration and run with what the
-  sweep would do about it, the jobs, their resources and the estimated cost."""
-  lines = _calibration_lines(plan) + _run_lines(plan)
+def dry_run(plan: Plan, cluster_name: str, resources: cluster.SlurmResources,
+            full: bool = False) -> List[str]:
+  """What --dry-run prints after the summary, what it will ask for first: on Slurm the
+  job arrays and the resources each task of them gets (additional sbatch parameters and
+  setup lines too), the estimated cost; then the calibrations and the runs -- counts per
+  model x algorithm and a line for each run with something to say (corrupt, archived, a
+  checkpoint), or (`full`, --list) a line per run and per job."""
+  lines = []
   k = plan.runs[0].seeds_per_job
+  if cluster_name == "slurm":
+    lines += _resource_lines(plan, resources)
+  calibrations = _calibration_lines(plan)
+  if calibrations and not full:
+    tags: Dict[str, int] = {}
+    for line in calibrations[:-1]:
+      tags[line.split()[0]] = tags.get(line.split()[0], 0) + 1
+    calibrations = ["lambda calibrations: " + ", ".join(f"{n} {t}" for t, n in tags.items()),
+                    calibrations[-1]]
+  lines += _cost_lines(plan) + calibrations
+  lines += _run_lines(plan) if full else _folded_run_lines(plan)
   if k > 1 and plan.todo:
     groups = cluster.job_groups(plan.todo)
     lines.append(f"{len(groups)} jobs of up to {k} seeds (SEEDS_PER_JOB={k}), "
-                 "each seed-group trained in one process:")
-    lines += [f"  job {i:<4} {g[0].model}/{g[0].algorithm} seeds "
-              + ",".join(str(r.seed) for r in g) for i, g in enumerate(groups, 1)]
-  if cluster_name == "slurm":
-    per = f"job (up to {k} seeds)" if k > 1 else "run"
-    lines.append(f"slurm resources per {per}: {resources.describe()}")
+                 "each seed-group trained in one process" + (":" if full else ""))
+    if full:
+      lines += [f"  job {i:<4} {g[0].model}/{g[0].algorithm} seeds "
+                + ",".join(str(r.seed) for r in g) for i, g in enumerate(groups, 1)]
+  if not full:
+    lines.append("  (--list: a line per run" + (" and per job)" if k > 1 else ")"))
   first = plan.runs[0]
   lines.append(f"gin: {' '.join(first.gin_files)}"
                + "".join(f" --gin_param {shlex.quote(p)}" for p in first.gin_params))
-  return lines + _cost_lines(plan) + ["dry run: nothing submitted"]
+  return lines + ["dry run: nothing submitted"]
+
+
+def job_arrays(plan: Plan) -> List[tuple]:
+  """(what, tasks) of each job array the sweep would submit to Slurm, in order: the
+  calibrations (one array), then the runs -- one array per calibration they wait for,
+  one for the others, each split at cluster.MAX_ARRAY_SIZE tasks."""
+  arrays = [("lambda calibration", len(plan.calib_todo))] if plan.calib_todo else []
+  waits = {c.algorithm for c in plan.calib_todo} | set(plan.calib_flying)
+  by_wait: Dict[Optional[str], int] = {}
+  for group in cluster.job_groups(plan.todo):
+    alg = group[0].algorithm if group[0].algorithm in waits else None
+    by_wait[alg] = by_wait.get(alg, 0) + 1
+  for alg, n in by_wait.items():
+    what = "training, each after its algorithm's calibration" if alg else "training"
+    for start in range(0, n, cluster.MAX_ARRAY_SIZE):
+      arrays.append((what, min(cluster.MAX_ARRAY_SIZE, n - start)))
+  return arrays
+
+
+def _resource_lines(plan: Plan, resources: cluster.SlurmResources) -> List[str]:
+  kinds: Dict[str, List[int]] = {}
+  for what, tasks in job_arrays(plan):
+    kinds.setdefault(what, []).append(tasks)
+  k = plan.runs[0].seeds_per_job
+  per = f"job (up to {k} seeds)" if k > 1 else "run"
+  extra = resources.executor_params()["slurm_additional_parameters"]
+  return [
+      f"slurm job arrays: {sum(len(t) for t in kinds.values())}" + "".join(
+          f"; {what}: {len(t)} array{'s' if len(t) > 1 else ''}, {sum(t)} tasks"
+          for what, t in kinds.items()),
+      f"slurm resources per {per}: {resources.describe()}",
+      "slurm additional parameters: " + " ".join(f"{key}={value}" for key, value in
+                                                 extra.items()),
+      "slurm setup: " + ("; ".join(resources.setup) or "none"),
+  ]
 
 
 def _calibration_lines(plan: Plan) -> List[str]:
@@ -224,27 +274,54 @@ def _calibration_lines(plan: Plan) -> List[str]:
   return lines + ["stage 2, training:"]
 
 
-def _run_lines(plan: Plan) -> List[str]:
+def _run_tags(plan: Plan) -> List[tuple]:
+  """(run, what the sweep does about it, a note or '') for each run of the plan."""
   waits = {c.algorithm for c in plan.calibs}
   done, flying, todo = plan.done, plan.flying, plan.todo
-  lines = []
+  out = []
   for r in plan.runs:
     view = plan.views[r.key]
-    tag, note = "submit", ""
+    tag, note, wait = "submit", "", ""
     if r in done:
       tag = "skip (done)"
     elif r in flying or r not in todo:
       tag = f"skip ({view.job.detail})"
     else:
-      note = " (after its calibration)" if r.algorithm in waits else ""
+      wait = " (after its calibration)" if r.algorithm in waits else ""
       if view.result.state == "corrupt":
-        note += f" (corrupt: {view.result.detail}; moved aside)"
+        note = f" (corrupt: {view.result.detail}; moved aside)"
       elif view.state == "other":
-        note += f" (other: {view.detail}; archived)"
+        note = f" (other: {view.detail}; archived)"
       elif view.checkpoint is not None and view.checkpoint.state in ("corrupt", "resume"):
-        note += f" (checkpoint: {view.checkpoint.detail})"
-    lines.append(f"  {tag:<12} {r.name:<40} {r.run_dir}{note}")
-  return lines
+        note = f" (checkpoint: {view.checkpoint.detail})"
+    out.append((r, tag, wait, note))
+  return out
+
+
+def _run_lines(plan: Plan) -> List[str]:
+  return [f"  {tag:<12} {r.name:<40} {r.run_dir}{wait}{note}"
+          for r, tag, wait, note in _run_tags(plan)]
+
+
+def _folded_run_lines(plan: Plan) -> List[str]:
+  """Per model x algorithm: how many runs, to submit and skipped (why); then each run
+  with a note (corrupt, archived, a checkpoint) as the full list has it."""
+  counts: Dict[str, Dict[str, int]] = {}
+  noted = []
+  for r, tag, wait, note in _run_tags(plan):
+    tag = "skip (queued or running)" if tag.startswith("skip (") and tag != "skip (done)" \
+        else tag
+    per = counts.setdefault(f"{r.model}/{r.algorithm}", {})
+    per[tag + wait] = per.get(tag + wait, 0) + 1
+    if note:
+      noted.append(f"  {tag:<12} {r.name:<40} {r.run_dir}{wait}{note}")
+  width = max(len(name) for name in counts)
+  lines = [f"runs per model/algorithm ({len(counts)}):"]
+  for name, per in counts.items():
+    n = sum(per.values())
+    lines.append(f"  {name:<{width}}  {n} run{'s' if n != 1 else ''}: "
+                 + ", ".join(f"{c} {tag}" for tag, c in per.items()))
+  return lines + noted
 
 
 def _cost_lines(plan: Plan) -> List[str]:

@@ -3,16 +3,19 @@
 
   python launch/sweep.py --gin gin/baseline.gin
   python launch/sweep.py --gin gin/forget.gin --gin_param "ALGORITHMS=['bfs','dfs']" \
-      --gin_param "SEEDS=[0,1]" --results results
+      --gin_param "SEEDS=[0,1]" --results runs
   python launch/sweep.py --gin gin/baseline.gin --gin gin/smoke.gin --cluster local
-  python launch/sweep.py --gin gin/gforget.gin --dry-run
-  python launch/sweep.py --status --results results [--gin gin/baseline.gin]
+  python launch/sweep.py --gin gin/gforget.gin --dry-run [--list]
+  python launch/sweep.py --status --results runs [--gin gin/baseline.gin]
 
 Runs that are done (their result reads back with the settings asked for, beside the
 files that replay and re-score it), or whose last job is queued or running, are skipped;
 the rest go out as one submitit job array (G-ForgetNet: after a λ calibration per
 algorithm), each array recorded in the sweep's manifest before the next goes out.
---dry-run checks and prints what the sweep would do; bad input, results or checkpoints
+--dry-run checks and prints what the sweep would do: first what it asks for (Slurm's job
+arrays and resources, the cost), then the runs folded per model x algorithm (--list: one
+line each); bad input (launch/inputs.py: gin files whose order would decide the sweep, a
+binding the model does not use, one that does not parse), results or checkpoints
 made with other settings, and a data cache the jobs could not write exit with code 2
 and submit nothing.  A signal (Ctrl-C, kill, a closed terminal) stops the sweep after
 the array it reached, in one line (exit 128 + the signal); a file it cannot write (a
@@ -55,10 +58,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--gin_param", action="append", default=[], metavar="BINDING",
                  help="gin binding, e.g. \"SEEDS=[0,1]\" (repeatable; after the files)")
   p.add_argument("--cluster", choices=("auto", "slurm", "local", "debug"), default="auto")
-  p.add_argument("--results", default="results", metavar="DIR",
-                 help="results root (default: ./results; its parent must exist)")
+  p.add_argument("--results", default=runs.DEFAULT_RESULTS, metavar="DIR",
+                 help=f"results root (default: ./{runs.DEFAULT_RESULTS}, not the committed "
+                      "evidence in results/; its parent must exist)")
   p.add_argument("--dry-run", action="store_true",
                  help="check and list what the sweep would submit and skip; submit nothing")
+  p.add_argument("--list", action="store_true",
+                 help="with --dry-run: a line per run and per job (else counts per "
+                      "model x algorithm)")
   p.add_argument("--status", action="store_true",
                  help="report done/diverged/running/failed/missing/corrupt/other per "
                       "model x algorithm")
@@ -72,10 +79,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   return p.parse_args(argv)
 
 
-def pick_cluster(name: str) -> str:
+def check_flags(args: argparse.Namespace, argv: Sequence[str]) -> None:
+  """UsageError for flags that do not go together: --status reports a results folder
+  and plans nothing, so --dry-run, --archive-mismatched, --force, --cluster and --list
+  would be ignored."""
+  if not args.status:
+    if args.list and not args.dry_run:
+      raise UsageError("--list lists the runs of a --dry-run: give --dry-run too")
+    return
+  given = [flag for flag in ("--dry-run", "--archive-mismatched", "--force", "--cluster",
+                             "--list")
+           if any(a == flag or a.startswith(flag + "=") for a in argv)]
+  if given:
+    raise UsageError(f"--status and {given[0]} do not go together: --status reports what "
+                     "the results folder holds and plans nothing; give one of them")
+
+
+def pick_cluster(name: str, dry_run: bool = False) -> str:
+  """--cluster as the sweep will use it; slurm needs sbatch, except to plan (--dry-run)."""
   if name == "auto":
     return "slurm" if shutil.which("sbatch") else "local"
-  if name == "slurm" and shutil.which("sbatch") is None:
+  if name == "slurm" and shutil.which("sbatch") is None and not dry_run:
     raise UsageError("--cluster slurm: `sbatch` is not on PATH "
                      "(use --cluster local, or start Slurm: launch/local_slurm.sh start)")
   return name
@@ -122,13 +146,13 @@ def cmd_status(args) -> int:
 def cmd_sweep(args, argv: List[str]) -> int:
   from launch import cluster  # pylint: disable=g-import-not-at-top
   results_dir = results_folder(args.results)
-  cluster_name = pick_cluster(args.cluster)
+  cluster_name = pick_cluster(args.cluster, args.dry_run)
   sweep_runs = expand(args.gin, args.gin_param, results_dir)
   resources = cluster.SlurmResources()  # bound by the gin just parsed
   if args.dry_run:
     plan = _checked_plan(args, sweep_runs, results_dir)
     print("\n".join(plan_lib.summary(plan, cluster_name)
-                    + plan_lib.dry_run(plan, cluster_name, resources)))
+                    + plan_lib.dry_run(plan, cluster_name, resources, full=args.list)))
     return 0
   with contextlib.ExitStack() as lock:
     try:  # one sweep at a time plans and submits on a results folder
@@ -189,6 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse_args(argv)
   try:
+    check_flags(args, argv)
     with submit.signals_interrupt():
       return cmd_status(args) if args.status else cmd_sweep(args, argv)
   except UsageError as e:

@@ -210,7 +210,7 @@ def main(argv=None) -> int:
   parser.add_argument("--gin_param", action="append", default=[], metavar="BINDING")
   parser.add_argument("--algorithm", action="append", default=[],
                       help="algorithm to calibrate (repeatable)")
-  parser.add_argument("--results", default="results")
+  parser.add_argument("--results", default=runs.DEFAULT_RESULTS)
   parser.add_argument("--show", action="store_true", help="list the records and exit")
   quiet.add_flag(parser)
   args = parser.parse_args(argv)

@@ -601,6 +601,29 @@ def markov_record(out: Mapping[str, Any], entry: Mapping[str, Any]) -> Dict[str,
 REPLAY_KEYS = ("model", "algorithm", "seed", "val_best_step", "test_score")
 
 
+def missing_params(run_dir) -> Optional[str]:
+  """Why `run_dir` has nothing to score, in one line (None where its params.npz is there):
+  no such folder; a run without params.npz (git keeps none: a committed run) -- replay it,
+  on the CPU kind that trained it for the bit-exact replay --record-for needs."""
+  folder = pathlib.Path(run_dir)
+  if not folder.is_dir():
+    return f"no run folder {run_dir}" + (" (a file)" if folder.exists() else "")
+  if (folder / PARAMS_NAME).exists():
+    return None
+  result = result_of(folder)
+  if result is None:
+    return (f"{run_dir} has no {PARAMS_NAME} and no readable {RESULT_NAME}: not a run "
+            "folder (<results>/<model>/<algorithm>/seed<k>/)")
+  cpu = (result.get("device") or {}).get("host_cpu") or {}
+  kind = (f"{cpu.get('model')}, SIMD {'/'.join(cpu.get('simd') or []) or 'unknown'}"
+          if cpu else "not recorded")
+  return (f"{run_dir} has no {PARAMS_NAME} (git keeps none): replay the run first, "
+          f"python -m nar_markov.replay {run_dir} --results <folder>, and evaluate the "
+          f"replay's run folder (--markov --record-for {run_dir} to record it here); a "
+          f"bit-exact replay needs the CPU kind that trained it (result.json device.host_cpu: "
+          f"{kind})")
+
+
 def result_of(run_dir) -> Optional[dict]:
   """`run_dir`'s result.json parsed, or None where it has none that parses."""
   return runs.read_result(pathlib.Path(run_dir) / RESULT_NAME)[0]
@@ -707,8 +730,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       f"without its {PARAMS_NAME}); write the record into RUN, only if the "
                       "replay reproduced its tested step and test_score to the bit")
   args = parser.parse_args(argv)
-  if not (pathlib.Path(args.run_dir) / PARAMS_NAME).exists():
-    parser.error(f"{args.run_dir} has no {PARAMS_NAME}")
+  problem = missing_params(args.run_dir)
+  if problem:
+    parser.exit(2, f"evaluate: error: {problem}\n")
   replay = None
   if args.record_for is not None:
     if not args.markov:

@@ -222,17 +222,24 @@ class Net(hk.Module):
     return node_fts, edge_fts, graph_fts, adj_mat
 
   def _history(self, node_fts, hidden) -> "ScopedHistory":
-    """What the processor input, its update residual and the decoders see of h(t-1)."""
+    """What the processor input, its update residual and the decoders see of h(t-1).
+
+    One branch per name of netconfig.HISTORY_POLICIES; ValueError for a name without one
+    (never another policy's net)."""
     cfg = self._config
     gate = None
     if cfg.history == "full":
       history = hidden                         # Eq. 2: z = [x(t), h(t-1)]
     elif cfg.history == "none":
       history = jnp.zeros_like(hidden)         # Eq. 3: h(t-1) removed
-    else:
+    elif cfg.history == "gated":
       gate = HistoryGate(cfg.hidden_size, cfg.gate_mlp_layers,
                          cfg.gate_bias_init)(node_fts, hidden)   # Eq. 5
       history = gate * hidden                  # Eq. 4: z = [x(t), g * h(t-1)]
+    else:  # a name in netconfig.HISTORY_POLICIES without its branch here
+      raise ValueError(f"NetConfig.history {cfg.history!r} has no branch in "
+                       "nar_markov/model.py Net._history (a new history policy is its "
+                       "netconfig.HISTORY_POLICIES entry plus its branch here)")
     return scoped_history(cfg.history_scope, history, hidden, gate)
 
   def _one_step(self, inputs, cur_hints, hidden, spec, encs, decs, processor,

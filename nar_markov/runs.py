@@ -48,6 +48,9 @@ import numpy as np
 
 from nar_markov import util
 
+# Where a user's runs go unless told otherwise (gitignored): results/ holds the committed
+# evidence, curated, and is no place for a new sweep's runs.
+DEFAULT_RESULTS = "runs"
 RESULT_SCHEMA = "nar_markov.result/1"
 RESULT_NAME = "result.json"
 CHECKPOINT_NAME = "checkpoint.npz"  # training state (`write_state`)

@@ -19,6 +19,7 @@ import collections.abc
 import copy
 import dataclasses
 import math
+import numbers
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -178,6 +179,13 @@ class GatePenalty:
   adaptive_max_scale: float = 100.0
 
   def __post_init__(self):
+    lam = self.lambda_gate
+    values = list(lam.values()) if isinstance(lam, Mapping) else [lam]
+    if lam is not None and not all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+      raise ValueError("GatePenalty.lambda_gate must be None (read from the calibration "
+                       "record), a number, or a dict algorithm -> number, got "
+                       f"{self.lambda_gate!r}")
     if self.start_step is not None:
       if isinstance(self.start_step, bool) or int(self.start_step) < 0:
         raise ValueError(f"start_step must be an int >= 0 or None, got {self.start_step!r}")
@@ -235,6 +243,32 @@ def check_label(model: Any, net: Optional[NetConfig] = None,
           "(a model file binds both: gin/baseline.gin, gin/forget.gin, gin/gforget.gin; "
           "another model needs a label of its own)")
   return model
+
+
+def unused_components(model: str, net: NetConfig, penalty: Optional["GatePenalty"]
+                      ) -> Dict[str, str]:
+  """What a run of `model` with `net` and `penalty` never reads: a configurable's name, or
+  'Configurable.parameter', -> why (the launcher refuses a binding on them).  Without a
+  gate penalty: GatePenalty and LambdaHeuristic; a multi-task label: LambdaHeuristic (its
+  lambda is bound by hand, from step 0); a history other than 'gated': the gate's
+  NetConfig fields; 'full' history: NetConfig.history_scope; a single-task label:
+  Protocol.multitask_update."""
+  out = {}
+  history = f"this model ({model}) has NetConfig.history = {net.history!r}"
+  if penalty is None:
+    why = f"this model ({model}) has no gate penalty (run_experiment.penalty is None)"
+    out.update(GatePenalty=why, LambdaHeuristic=why)
+  multitask = model.endswith(MULTITASK_SUFFIX)
+  if multitask:
+    out["LambdaHeuristic"] = (f"this model ({model}) is multi-task: its lambda is bound by "
+                              "hand and on from step 0, no heuristic reads it")
+  else:
+    out["Protocol.multitask_update"] = f"this model ({model}) is single-task"
+  if net.history != "gated":
+    out["NetConfig.gate_mlp_layers"] = out["NetConfig.gate_bias_init"] = history + " (no gate)"
+  if net.history == "full":
+    out["NetConfig.history_scope"] = history + " (every consumer sees h(t-1) anyway)"
+  return out
 
 
 def resolve_lambda(penalty: Optional[GatePenalty], algorithm: str, *, results_dir=None,
@@ -374,10 +408,13 @@ def configured(**given) -> Dict[str, Any]:
       out[name] = given[name]
       continue
     try:
-      # deepcopy evaluates a configurable reference (`@GatePenalty()`) as gin would.
-      out[name] = copy.deepcopy(config_lib.bound_value(f"run_experiment.{name}"))
-    except ValueError:
+      bound = config_lib.bound_value(f"run_experiment.{name}")
+    except ValueError:  # nothing bound
       out[name] = default
+      continue
+    # deepcopy evaluates a configurable reference (`@GatePenalty()`) as gin would; its
+    # ValueError (a bad GatePenalty.* value) is the caller's.
+    out[name] = copy.deepcopy(bound)
   out["net"] = out["net"] if out["net"] is not None else NetConfig()
   out["protocol"] = out["protocol"] if out["protocol"] is not None else Protocol()
   return out

@@ -105,7 +105,7 @@ def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypa
     (SMOKE + ["--gin_param", "slurm_resources.mem=2"],
      "Configurable 'slurm_resources' doesn't have a parameter named 'mem'"),
     (SMOKE + ["--gin_param", "no_such_configurable.x=1"], "no_such_configurable"),
-    (SMOKE + ["--gin_param", "SEEDS=[0,"], "bad gin configuration"),
+    (SMOKE + ["--gin_param", "SEEDS=[0,"], "--gin_param 'SEEDS=[0,': does not parse"),
     (SMOKE + ["--gin_param", "SEEDS=3"], "SEEDS must be a list of ints, got 3"),
     (SMOKE + ["--gin_param", "SEEDS=[]"], "empty sweep"),
     (SMOKE + ["--gin_param", "SEEDS=[0,0]"], "SEEDS has duplicates"),
@@ -165,6 +165,17 @@ def test_cluster_slurm_without_sbatch_is_an_error(tmp_path, monkeypatch, capsys)
   assert "`sbatch` is not on PATH" in capsys.readouterr().err
 
 
+def test_a_slurm_dry_run_plans_without_sbatch(tmp_path, monkeypatch, capsys):
+  """The look before a 300-job submission, on a laptop: was refused ("sbatch is not on
+  PATH")."""
+  monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
+  rc = sweep.main(SMOKE + ["--cluster", "slurm", "--dry-run", "--results", str(tmp_path / "r")])
+  out = capsys.readouterr().out
+  assert rc == 0, out
+  assert "slurm resources per run: partition=default cpus_per_task=2" in out
+  assert out.splitlines()[-1] == "dry run: nothing submitted"
+
+
 def test_cluster_auto_picks_slurm_only_with_sbatch(tmp_path, monkeypatch, fake_slurm):
   assert sweep.pick_cluster("auto") == "slurm"
   monkeypatch.setenv("PATH", str(tmp_path))
@@ -176,25 +187,42 @@ def test_cluster_auto_picks_slurm_only_with_sbatch(tmp_path, monkeypatch, fake_s
 
 
 def test_dry_run_lists_runs_and_skips_done_ones(write_result, tmp_path, fake_slurm, capsys):
+  """What the sweep will ask for comes first (the arrays, their resources, additional
+  sbatch parameters and setup, the cost), then the runs: counts per model x algorithm,
+  a line per run with --list."""
   results = tmp_path / "results"
   write_result(results, "baseline", "bfs", 1)
-  rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
-                           "--gin_param", "slurm_resources.mem_gb=2", "--dry-run"])
-  out = capsys.readouterr().out
-  assert rc == 0
-  lines = out.splitlines()
-  assert lines[0] == ("sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
-                      "3 runs to submit, 1 already done")
-  table = [l.split() for l in lines[1:5]]
-  assert table == [
+  args = SMOKE + ["--gin_param", "SEEDS=[0,1]", "--results", str(results),
+                  "--gin_param", "slurm_resources.mem_gb=2", "--gin_param",
+                  "slurm_resources.additional_parameters={'account': 'lab'}", "--dry-run"]
+  outs = []
+  for extra in ([], ["--list"]):
+    assert sweep.main(args + extra) == 0
+    outs.append(capsys.readouterr().out.splitlines())
+  for lines in outs:
+    assert lines[0] == ("sweep baseline: 4 runs (2 algorithms x 2 seeds) on slurm; "
+                        "3 runs to submit, 1 already done")
+    assert lines[1:5] == [
+        "slurm job arrays: 1; training: 1 array, 3 tasks",
+        "slurm resources per run: partition=default cpus_per_task=2 mem_gb=2.0 "
+        "gpus_per_task=0 timeout_min=240 array_parallelism=64",
+        "slurm additional parameters: requeue=True account=lab",
+        "slurm setup: export XLA_PYTHON_CLIENT_PREALLOCATE=false"]
+    assert lines[5].startswith("planned cost -- ESTIMATES")
+    assert lines[-1] == "dry run: nothing submitted"
+  folded, full = outs
+  start = folded.index("runs per model/algorithm (2):")
+  assert folded[start + 1:start + 4] == [
+      "  baseline/bfs             2 runs: 1 submit, 1 skip (done)",
+      "  baseline/insertion_sort  2 runs: 2 submit",
+      "  (--list: a line per run)"]
+  start = next(i for i, l in enumerate(full) if l.split()[:1] == ["submit"])
+  assert [l.split() for l in full[start:start + 4]] == [
       ["submit", "baseline/bfs/seed0", f"{results}/baseline/bfs/seed0"],
       ["skip", "(done)", "baseline/bfs/seed1", f"{results}/baseline/bfs/seed1"],
       ["submit", "baseline/insertion_sort/seed0", f"{results}/baseline/insertion_sort/seed0"],
       ["submit", "baseline/insertion_sort/seed1", f"{results}/baseline/insertion_sort/seed1"],
   ]
-  assert lines[5] == ("slurm resources per run: partition=default cpus_per_task=2 "
-                      "mem_gb=2.0 gpus_per_task=0 timeout_min=240 array_parallelism=64")
-  assert lines[-1] == "dry run: nothing submitted"
   assert _scripts(fake_slurm) == [] and not (results / "_sweeps").exists()
 
 
@@ -300,7 +328,7 @@ MULTITASK = ["--gin", "gin/multitask.gin", "--gin_param", "ALGORITHMS=['bfs','df
 
 def test_multitask_sweep_is_one_job_per_seed(tmp_path, fake_slurm, capsys):
   results = tmp_path / "results"
-  rc = sweep.main(MULTITASK + ["--results", str(results), "--dry-run"])
+  rc = sweep.main(MULTITASK + ["--results", str(results), "--dry-run", "--list"])
   out = capsys.readouterr().out
   assert rc == 0
   assert out.splitlines()[0].endswith("4 runs to submit, 0 already done")
@@ -617,8 +645,11 @@ def test_a_failed_jobs_reason_is_its_exception(tmp_path, data_cache_dir, capsys)
   line = next(l for l in proc.stdout.splitlines() if l.startswith("[1/1] baseline/bfs/seed0: f"))
   assert line.startswith(f"[1/1] baseline/bfs/seed0: failed: {reason}"), proc.stdout
   assert "not starting a second training of the same run" in line
-  # submitit's local controller makes its folder as named: no `%j` folder is left.
-  assert sorted(p.name for p in (results / "_logs").iterdir()) == [
+  # submitit's local controller makes its folder as named: no `%j` folder is left (beside
+  # the controllers' own output).
+  from launch import submit  # pylint: disable=g-import-not-at-top
+  assert sorted(p.name for p in (results / "_logs").iterdir()
+                if p.name != submit.CONTROLLER_LOG) == [
       line.split("(pid ")[1].split(",")[0]
       for line in proc.stdout.splitlines() if ": started (pid " in line]
 
@@ -988,11 +1019,32 @@ def test_an_unreadable_manifest_is_one_warning(write_result, tmp_path, fake_slur
     assert proc.stderr.count("warning: unreadable sweep manifest") == 1, proc.stderr
 
 
-def _descendants(pid):
-  out = []
-  for child in jobs_lib.child_pids(pid):
-    out += [child] + _descendants(child)
-  return out
+# A job function and a controller hook the local job's processes import (tests/ is not on
+# their path): the job writes its pid to a marker file, then sleeps; with
+# NAR_MARKOV_TEST_SLOW_FORK set, submitit's controller sleeps right after forking the
+# process that runs the job, before it records it -- the window in which a SIGINT to the
+# controller alone leaves that process running, widened to minutes.
+_PROBE = """
+import os, pathlib, time
+
+def mark_and_sleep(marker):
+  pathlib.Path(marker).write_text(str(os.getpid()))
+  time.sleep(600)
+"""
+_SLOW_FORK = """
+import os
+if (os.environ.get("NAR_MARKOV_TEST_SLOW_FORK") and "SUBMITIT_LOCAL_NTASKS" in os.environ
+    and "SUBMITIT_LOCAL_JOB_ID" not in os.environ):  # submitit's controller, not its task
+  import pathlib, subprocess, time
+
+  class _SlowPopen(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      pathlib.Path(os.environ["NAR_MARKOV_TEST_SLOW_FORK"]).write_text(str(self.pid))
+      time.sleep(600)  # forked, not recorded in the controller's tasks yet
+
+  subprocess.Popen = _SlowPopen
+"""
 
 
 def _alive(pid):
@@ -1000,32 +1052,116 @@ def _alive(pid):
   return fields is not None and fields[0] != "Z"  # a zombie has ended
 
 
-@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
-def test_cancelling_a_local_job_ends_the_process_that_runs_it(tmp_path):
+def _wait_for(path: pathlib.Path, timeout_s: float = 120) -> int:
+  deadline = time.time() + timeout_s
+  while not (path.exists() and path.read_text()) and time.time() < deadline:
+    time.sleep(0.05)
+  assert path.exists() and path.read_text(), f"{path} not written in {timeout_s} s"
+  return int(path.read_text())
+
+
+def _local_job(tmp_path, monkeypatch, slow_fork: bool):
   """A real local job, started as the sweep starts one (through a shell, for the setup
-  lines): cancelled, every process under it ends, the one running the call included; with
-  submitit's cancel alone (SIGINT to the shell) the controller and the call run on."""
+  lines), running `mark_and_sleep`; (job, the marker its call writes, the fork marker)."""
   from launch import submit  # pylint: disable=g-import-not-at-top
+  hooks = tmp_path / "hooks"
+  hooks.mkdir()
+  (hooks / "cancel_probe.py").write_text(_PROBE)
+  (hooks / "sitecustomize.py").write_text(_SLOW_FORK)
+  monkeypatch.syspath_prepend(str(hooks))
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+      [str(hooks)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+  forked = tmp_path / "forked"
+  if slow_fork:
+    monkeypatch.setenv("NAR_MARKOV_TEST_SLOW_FORK", str(forked))
+  import cancel_probe  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   results = tmp_path / "results"
   results.mkdir()
   resources = cluster.SlurmResources()
   assert resources.setup, "the default has setup lines: the job starts through a shell"
   executor = submit.make_executor("local", results, resources)
-  job = executor.submit(time.sleep, 600)
-  deadline = time.time() + 120
-  while len(_descendants(job._process.pid)) < 2 and time.time() < deadline:  # pylint: disable=protected-access
-    time.sleep(0.2)
-  tree = _descendants(job._process.pid)  # pylint: disable=protected-access
-  assert len(tree) >= 2, tree  # the controller and the process running time.sleep
+  marker = tmp_path / "running"
+  return executor.submit(cancel_probe.mark_and_sleep, str(marker)), marker, forked
+
+
+def _cancel_and_check(job, call_pid):
+  from launch import submit  # pylint: disable=g-import-not-at-top
+  group = job._process.pid  # pylint: disable=protected-access
   try:
     submit.cancel(job)
-    deadline = time.time() + 30
-    while any(_alive(p) for p in tree) and time.time() < deadline:
-      time.sleep(0.2)
-    assert not [p for p in tree if _alive(p)]
+    assert not _alive(call_pid), "the process running the call is still running"
+    assert not submit._group_alive(group)  # pylint: disable=protected-access
   finally:  # nothing left running when it fails
-    for p in tree:
+    for kill in (lambda: os.killpg(group, signal.SIGKILL), lambda: os.kill(call_pid, 9)):
       try:
-        os.kill(p, signal.SIGKILL)
-      except ProcessLookupError:
+        kill()
+      except (ProcessLookupError, PermissionError):
         pass
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_cancelling_a_local_job_ends_the_process_that_runs_it(tmp_path, monkeypatch):
+  """Cancelled once its call is running (the marker it writes), every process of the job
+  ends, the one running the call included; with submitit's cancel alone (SIGINT to the
+  shell) the controller and the call ran on."""
+  job, marker, _ = _local_job(tmp_path, monkeypatch, slow_fork=False)
+  _cancel_and_check(job, _wait_for(marker))
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_a_job_cancelled_while_its_controller_forks_it_ends(tmp_path, monkeypatch):
+  """Cancelled while submitit's controller is inside Popen (the call forked and running,
+  not yet in the controller's tasks, so its kill_tasks does not know it): the call ends
+  too.  Signalling the controller (and the children it knew) left it running."""
+  job, marker, forked = _local_job(tmp_path, monkeypatch, slow_fork=True)
+  call_pid = _wait_for(marker)
+  assert _wait_for(forked) == call_pid  # the controller is in the window now
+  _cancel_and_check(job, call_pid)
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_ctrl_c_of_a_local_sweep_is_one_line_and_leaves_no_job(tmp_path, data_cache_dir):
+  """A terminal's Ctrl-C (SIGINT to the sweep's whole process group) while a local job
+  runs: the sweep says so in one line (exit 130) and the job's processes end.  Was: the
+  job's submitit controller, in the sweep's group, got the SIGINT too and printed its
+  KeyboardInterrupt traceback on the sweep's terminal."""
+  results = tmp_path / "results"
+  env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir))
+  proc = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, str(REPO_ROOT / "launch" / "sweep.py")] + SMOKE
+      + ["--gin_param", "ALGORITHMS=['bfs']", "--cluster", "local", "--results", str(results)],
+      cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+      start_new_session=True)
+  job = None
+  try:
+    for line in proc.stdout:
+      found = re.search(r": started \(pid (\d+)", line)
+      if found:
+        job = int(found.group(1))
+        break
+    assert job is not None, proc.stderr.read()
+    marker = results / "_logs" / str(job) / f"{job}_0_log.err"
+    _wait_for_file(marker)  # the job's call runs (its log is open)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    (said,) = [l for l in err.splitlines() if l.strip()]
+    assert said.startswith("sweep.py: interrupted by SIGINT: [1/1] baseline/bfs/seed0: job "), said
+    from launch import submit  # pylint: disable=g-import-not-at-top
+    assert not submit._group_alive(job)  # pylint: disable=protected-access
+  finally:
+    for group in (proc.pid, job):
+      try:
+        if group is not None:
+          os.killpg(group, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=30)
+
+
+def _wait_for_file(path: pathlib.Path, timeout_s: float = 120) -> None:
+  deadline = time.time() + timeout_s
+  while not path.exists() and time.time() < deadline:
+    time.sleep(0.05)
+  assert path.exists(), f"{path} not written in {timeout_s} s"
