@@ -1,6 +1,6 @@
 """results/ -> the paper's tables (LaTeX), seed counts, a reproduction report and figures.
 
-    python analysis/make_tables.py --results results --out tables [--paper] \
+    python analysis/make_tables.py --results runs --out tables [--paper] \
         [--figures floyd_warshall,activity_selector] [--expected-seeds 10] \
         [--split-by train_steps,hidden_size | --allow-mixed]
 
