@@ -5,9 +5,10 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import subprocess
 import textwrap
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import pytest
 # Imported before any test captures output: submitit's logger keeps the sys.stderr
@@ -86,25 +87,125 @@ def _jax_executables_freed_before_the_map_limit():
     jax.clear_caches()
 
 
+def default_test_cache() -> pathlib.Path:
+  """The per-user folder where the tests keep their val/test splits and compiled steps
+  between runs when $NAR_MARKOV_TEST_CACHE is not set: ~/.cache/nar_markov_test."""
+  return pathlib.Path("~/.cache/nar_markov_test").expanduser()
+
+
+def compile_cache_key() -> str:
+  """The name of the XLA compilation cache's folder for this process: the jax version,
+  the CPU kind (model name and the SIMD extensions XLA compiles for,
+  `devices.describe_host_cpu`) and XLA:CPU's thread count.  JAX's own cache key names
+  the backend only ("cpu"), and an executable compiled for another CPU kind or thread
+  count rounds otherwise: the bit-exact golden runs (test_golden_runs) must never load
+  one."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from nar_markov import devices  # pylint: disable=g-import-not-at-top
+  cpu = devices.describe_host_cpu()
+  model = re.sub(r"[^A-Za-z0-9]+", "_", cpu["model"] or "unknown").strip("_")
+  simd = ".".join(cpu["simd"]) if cpu["simd"] is not None else "simd_unknown"
+  return f"jax-{jax.__version__}-{model}-{simd or 'no_simd'}-t{devices.xla_cpu_threads()}"
+
+
 @pytest.fixture(scope="session")
 def data_cache_dir(tmp_path_factory) -> pathlib.Path:
-  """Val/test splits are generated once per session (or reused from
-  $NAR_MARKOV_TEST_CACHE, which CI may point at a persistent folder)."""
+  """Val/test splits and compiled steps are kept in $NAR_MARKOV_TEST_CACHE, else in the
+  per-user `default_test_cache()`, so that a second local run is warm (CI points the
+  variable at its own persistent folder); "off" (or empty): a fresh temporary folder,
+  every run cold."""
   path = os.environ.get("NAR_MARKOV_TEST_CACHE")
-  if path:
-    p = pathlib.Path(path)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-  return tmp_path_factory.mktemp("clrs_cache")
+  if path in ("", "off"):
+    return tmp_path_factory.mktemp("clrs_cache")
+  p = pathlib.Path(path).expanduser() if path else default_test_cache()
+  p.mkdir(parents=True, exist_ok=True)
+  return p
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _jax_compilation_cache(data_cache_dir):
-  """Identical computations across tests compile once (persistent XLA cache), in this
-  process and in the sweeps and jobs the tests start (they inherit the variable)."""
-  from nar_markov import learner
-  os.environ.setdefault("NAR_MARKOV_JAX_CACHE", str(data_cache_dir / "jax"))
+  """Identical computations across tests compile once (persistent XLA cache, one
+  folder per `compile_cache_key`), in this process and in the sweeps and jobs the
+  tests start (they inherit the variable; $NAR_MARKOV_JAX_CACHE set beforehand wins)."""
+  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault("NAR_MARKOV_JAX_CACHE",
+                        str(data_cache_dir / "jax" / compile_cache_key()))
   learner.setup_compilation_cache(os.environ["NAR_MARKOV_JAX_CACHE"])
+
+
+# Learners (and the steps built on them) that `reused_learners` hands out, for the
+# whole session of this process (one xdist worker): key -> (what the key's ids name,
+# kept alive so that no id is reused, the object).
+_REUSED: Dict[tuple, Tuple[tuple, Any]] = {}
+
+
+def _traced_code() -> tuple:
+  """The functions inside a learner's traced steps that tests replace (monkeypatch):
+  part of the reuse key, so that a learner traced with one of them patched is never
+  handed to a test without the patch, nor the other way round."""
+  from clrs._src import decoders, encoders, nets  # pylint: disable=g-import-not-at-top
+  from nar_markov import model as model_lib  # pylint: disable=g-import-not-at-top
+  return (model_lib.compute_losses, decoders.log_sinkhorn, encoders.preprocess,
+          nets.Net._one_step_pred)  # pylint: disable=protected-access
+
+
+def _reused(key: tuple, alive: tuple, build):
+  if key not in _REUSED:
+    _REUSED[key] = (alive, build())
+  return _REUSED[key][1]
+
+
+@contextlib.contextmanager
+def reused_learners():
+  """Inside, every `learner.Learner` built for the same (specs, shapes, NetConfig,
+  optimizer, algorithms) is one object for the whole session of this process, and so
+  are the optimizers of `learner.make_optimizer` with the same arguments and the
+  vmapped and summed steps of `learner.make_*_train_step` built on one learner:
+  their jitted steps are traced and compiled once, not once per run.
+
+  The numbers are the same: a learner holds no state of a run (parameters, optimizer
+  state and batches are arguments of its pure steps), and the same traced program
+  gives the same executable.  A test that patches code a learner traces must not run
+  inside, unless what it patches is in `_traced_code` (then the patched and the real
+  learners are different keys)."""
+  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  real_learner, real_optimizer = learner.Learner, learner.make_optimizer
+  real_vmapped, real_summed = learner.make_vmapped_train_step, learner.make_summed_train_step
+
+  def make_optimizer(*args, **kwargs):
+    key = ("optimizer", args, tuple(sorted(kwargs.items())))
+    return _reused(key, (), lambda: real_optimizer(*args, **kwargs))
+
+  def new_learner(specs_, nb_dims, config, optimizer, algorithms=None):
+    specs_, nb_dims = list(specs_), [dict(d) for d in nb_dims]
+    traced = _traced_code()
+    key = ("learner", repr(specs_), repr([sorted(d.items()) for d in nb_dims]), config,
+           id(optimizer), None if algorithms is None else tuple(algorithms),
+           tuple(id(f) for f in traced))
+    return _reused(key, (optimizer,) + traced,
+                   lambda: real_learner(specs_, nb_dims, config, optimizer, algorithms))
+
+  def make_vmapped_train_step(net, algorithm_index=0, per_seed_lambda=False):
+    key = ("vmapped", id(net), algorithm_index, per_seed_lambda)
+    return _reused(key, (net,), lambda: real_vmapped(net, algorithm_index, per_seed_lambda))
+
+  def make_summed_train_step(net, nb_algorithms):
+    key = ("summed", id(net), nb_algorithms)
+    return _reused(key, (net,), lambda: real_summed(net, nb_algorithms))
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(learner, "Learner", new_learner)
+    mp.setattr(learner, "make_optimizer", make_optimizer)
+    mp.setattr(learner, "make_vmapped_train_step", make_vmapped_train_step)
+    mp.setattr(learner, "make_summed_train_step", make_summed_train_step)
+    yield
+
+
+@pytest.fixture
+def reuse_learners():
+  """The test runs inside `reused_learners` (read its contract first)."""
+  with reused_learners():
+    yield
 
 
 @contextlib.contextmanager

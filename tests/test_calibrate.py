@@ -315,6 +315,7 @@ def _calibrated(tmp_path, reading="schedule", bindings=()):
   return record, kwargs
 
 
+@pytest.mark.usefixtures("reuse_learners")
 def test_schedule_reading_end_to_end(tmp_path, cache):
   """No penalty before the switch, then λ from the record; continuing from the
   λ = 0 calibration run is the same training as starting from scratch."""
@@ -351,6 +352,7 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   assert scratch["test_score"] == pytest.approx(res["test_score"], abs=1e-6)
 
 
+@pytest.mark.usefixtures("reuse_learners")
 def test_gforget_and_gforget_adaptive_continue_from_one_schedule_calibration(tmp_path, cache):
   """A calibration made under the adaptive arm's gin (GatePenalty.adaptive_every_steps
   bound: recorded in the λ = 0 run's settings, inert at λ = 0) is the prefix of both
@@ -369,6 +371,7 @@ def test_gforget_and_gforget_adaptive_continue_from_one_schedule_calibration(tmp
     assert bool(res.get("lambda_updates")) == bool(bindings)
 
 
+@pytest.mark.usefixtures("reuse_learners")
 def test_constant_reading_end_to_end(tmp_path, cache):
   """A band this tiny run misses at λ0 (its share there is ~0.47): two trials, the
   closest chosen; the run continues from that trial's state, as if from scratch."""

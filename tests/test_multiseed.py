@@ -59,8 +59,9 @@ def separate(tmp_path_factory, data_cache_dir):
   try:
     root = tmp_path_factory.mktemp("separate")
     gin.clear_config()
-    return {s: flat.run(algorithm=ALG, seed=s, results_dir=str(root), **TINY)
-            for s in SEEDS}
+    with conftest.reused_learners():
+      return {s: flat.run(algorithm=ALG, seed=s, results_dir=str(root), **TINY)
+              for s in SEEDS}
   finally:
     if old is None:
       del os.environ["NAR_MARKOV_CACHE"]
@@ -132,6 +133,7 @@ def _on_disk(root, seed):
   return json.loads((runs_lib.run_dir(root, MODEL, ALG, seed) / runs_lib.RESULT_NAME).read_text())
 
 
+@pytest.mark.usefixtures("reuse_learners")
 def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
   # Through the sweep's entry point (gin), so the job path is what is tested.
   params = flat.gin_params(**{k: v for k, v in TINY.items() if k != "model"})
@@ -150,6 +152,7 @@ def test_k_seeds_in_one_job_equal_separate_runs(tmp_path, separate):
   assert not np.allclose(losses[1], losses[2], rtol=1e-3)
 
 
+@pytest.mark.usefixtures("reuse_learners")
 def test_k_seed_resume_and_skip(tmp_path, separate):
   """Killed after 6 steps (checkpoints at 3 and 6), resumed in K mode: the
   same results; a seed already done is skipped, not retrained.  (6: a log
@@ -174,6 +177,7 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
     assert_same_result(got, separate[s])
 
 
+@pytest.mark.usefixtures("reuse_learners")
 def test_checkpoints_at_different_steps_train_group_by_group(tmp_path, separate):
   # Seed 2 ran alone for 3 steps; seeds 0 and 1 have not started.
   flat.run(algorithm=ALG, seed=2, results_dir=str(tmp_path),

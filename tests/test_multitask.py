@@ -23,7 +23,13 @@ from nar_markov import runs as runs_lib
 from nar_markov import runspec
 from nar_markov import util
 
+import conftest
 import flat
+
+# The module's runs of one net and optimizer share one learner (conftest.reused_learners;
+# the poisoned compute_losses below is part of its key; evaluate_split, which a test
+# replaces, is no traced code).
+pytestmark = pytest.mark.usefixtures("reuse_learners")
 
 ALGORITHMS = ("naive_string_matcher", "bfs", "insertion_sort")
 LAMBDAS = {"naive_string_matcher": 0.01, "bfs": 0.05, "insertion_sort": 0.0}
@@ -70,7 +76,7 @@ def runs(tmp_path_factory, data_cache_dir):
   """Run a: stopped at step 10, then resumed to the end; run b: in one go."""
   a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
   ckpt = _job_ckpt(a, "gforget_multitask", 1)
-  with pytest.MonkeyPatch.context() as mp:
+  with pytest.MonkeyPatch.context() as mp, conftest.reused_learners():
     mp.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
     stopped = flat.run(results_dir=str(a), stop_after_steps=10, **TINY)
     at_10 = _load(ckpt)

@@ -17,6 +17,10 @@ TINY = dict(hidden_size=8, nb_triplet_fts=4, batch_size=4, train_lengths=(4,),
             checkpoint_every_steps=10, val_max_samples=8, test_max_samples=4)
 
 
+# The module's runs of one net and optimizer share one learner (conftest.reused_learners).
+pytestmark = pytest.mark.usefixtures("reuse_learners")
+
+
 @pytest.fixture(autouse=True)
 def _cache(monkeypatch, data_cache_dir):
   monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))

@@ -12,6 +12,11 @@ from nar_markov import runspec
 
 import flat
 
+# One learner per (algorithm, shapes, net, optimizer) for the module's runs: the
+# resume test's five runs trace and compile their steps once (conftest.reused_learners;
+# the poisoned compute_losses below is part of its key).
+pytestmark = pytest.mark.usefixtures("reuse_learners")
+
 TINY = dict(hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
             eval_every_steps=25, log_every_steps=5, checkpoint_every_steps=5,
             val_max_samples=16, test_max_samples=8)
