@@ -314,22 +314,23 @@ def test_dry_run_lists_the_k_seed_jobs(write_result, tmp_path, fake_slurm, capsy
   results = tmp_path / "results"
   write_result(results, "baseline", "bfs", 1)
   rc = sweep.main(SMOKE + ["--gin_param", "SEEDS=[0,1,2]", "--gin_param", "SEEDS_PER_JOB=2",
-                           "--results", str(results), "--dry-run"])
+                           "--results", str(results), "--dry-run", "--list"])
   out = capsys.readouterr().out
   assert rc == 0, out
   lines = out.splitlines()
   assert lines[0].endswith("5 runs to submit, 1 already done")
-  assert [l.split()[:2] for l in lines[1:7]] == [
+  assert lines[2].startswith("slurm resources per job (up to 2 seeds): ")
+  start = next(i for i, l in enumerate(lines) if l.split()[:1] == ["submit"])
+  assert [l.split()[:2] for l in lines[start:start + 6]] == [
       ["submit", "baseline/bfs/seed0"], ["skip", "(done)"], ["submit", "baseline/bfs/seed2"],
       ["submit", "baseline/insertion_sort/seed0"], ["submit", "baseline/insertion_sort/seed1"],
       ["submit", "baseline/insertion_sort/seed2"]]
-  assert lines[7] == ("3 jobs of up to 2 seeds (SEEDS_PER_JOB=2), each seed-group "
-                      "trained in one process:")
-  assert [l.split() for l in lines[8:11]] == [
+  assert lines[start + 6] == ("3 jobs of up to 2 seeds (SEEDS_PER_JOB=2), each seed-group "
+                              "trained in one process:")
+  assert [l.split() for l in lines[start + 7:start + 10]] == [
       ["job", "1", "baseline/bfs", "seeds", "0,2"],
       ["job", "2", "baseline/insertion_sort", "seeds", "0,1"],
       ["job", "3", "baseline/insertion_sort", "seeds", "2"]]
-  assert lines[11].startswith("slurm resources per job (up to 2 seeds): ")
   assert lines[-1] == "dry run: nothing submitted"
   assert not list(fake_slurm["calls"].iterdir())
 
