@@ -20,6 +20,8 @@ from nar_markov import fastnet
 from nar_markov import model as model_lib
 from nar_markov import learner
 
+import quick
+
 HIDDEN = 8
 
 # Every CLRS-30 algorithm: the fast net is the default for all thirty, and a
@@ -62,7 +64,8 @@ def _losses_grads_preds(models, params, feedback, lambda_gate):
       losses = m.loss(p, feedback, lambda_gate, 0, key)
       return losses.total, losses
     # Jitted, as the learner runs it (op by op, each of ~600 ops compiles alone).
-    grads, losses = jax.jit(jax.grad(total, has_aux=True))(params)
+    grads, losses = jax.jit(jax.grad(total, has_aux=True),
+                            compiler_options=quick.QUICK_COMPILE)(params)
     results[impl] = (losses, grads) + tuple(m.eval_batch(params, feedback, 0, True))
   return results
 
@@ -75,6 +78,14 @@ def _models(spec, feedback, history="gated", processor="triplet_gmpnn"):
     out[impl] = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
                             learner.make_optimizer(1e-3, 10, 1.0))
   return out
+
+
+def _assert_finite(tree):
+  """assert_allclose takes NaN for equal to NaN: a comparison of two NaNs passes."""
+  for leaf in jax.tree_util.tree_leaves(tree):
+    leaf = np.asarray(leaf)
+    if np.issubdtype(leaf.dtype, np.floating):
+      assert np.all(np.isfinite(leaf)), "NaN or inf in a compared value"
 
 
 def _assert_trees_close(a, b, rtol):
@@ -91,7 +102,7 @@ def _assert_trees_close(a, b, rtol):
 # paper's Eq. 2 net without the update gate, Triplet-MPNN) in
 # test_fastnet_other_processors.py, a file of its own so that pytest-xdist's
 # `--dist loadfile` can run the two halves on two workers.
-@pytest.mark.usefixtures("same_gumbel_noise")
+@pytest.mark.usefixtures("quick_compile")
 @pytest.mark.parametrize("processor", model_lib.FAST_PROCESSORS[:1])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_fast_equals_reference(algorithm, processor):
@@ -100,7 +111,8 @@ def test_fast_equals_reference(algorithm, processor):
 
 def check_fast_equals_reference(algorithm, processor):
   """The same parameters, initial values, losses, gradients, predictions and hint
-  statistics from both impls (the fixture `same_gumbel_noise` active)."""
+  statistics from both impls (the fixture `quick_compile` active, and with it
+  `same_gumbel_noise`)."""
   spec, feedback = _batch(algorithm)
   models = _models(spec, feedback, processor=processor)
   params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
@@ -113,6 +125,7 @@ def check_fast_equals_reference(algorithm, processor):
     np.testing.assert_array_equal(x, y)
 
   results = _losses_grads_preds(models, params, feedback, lambda_gate=0.1)
+  _assert_finite(results)
   ref, fast = results["reference"], results["fast"]
   for field in ("total", "output", "hint", "gate_term"):
     np.testing.assert_allclose(float(getattr(fast[0], field)),
@@ -128,6 +141,7 @@ def check_fast_equals_reference(algorithm, processor):
                              rtol=1e-5)
 
 
+@pytest.mark.usefixtures("quick_compile")
 def test_fast_permutation_outputs_at_evaluation():
   """insertion_sort's permutation output: Gumbel noise differs in training by
   design (drawn once after the scan); evaluation draws none and agrees."""
@@ -143,6 +157,7 @@ def test_fast_permutation_outputs_at_evaluation():
                              rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.usefixtures("quick_compile")
 def test_time_padding_and_skipped_steps_change_nothing():
   """Steps after every trajectory has ended are skipped: padding the time axis
   by 0 or 6 steps gives the same loss and gradients."""
@@ -154,20 +169,25 @@ def test_time_padding_and_skipped_steps_change_nothing():
   grads = {}
   for name, fb in [("short", short), ("long", long)]:
     # Jitted, as the learner runs it (op by op, each op compiles alone).
-    grads[name] = jax.jit(jax.grad(lambda p, fb=fb: m.loss(p, fb, 0.0, 0, key).total))(params)
+    grads[name] = jax.jit(jax.grad(lambda p, fb=fb: m.loss(p, fb, 0.0, 0, key).total),
+                          compiler_options=quick.QUICK_COMPILE)(params)
   _assert_trees_close(grads["short"], grads["long"], rtol=1e-6)
   # The skip only drops work: an explicit bound above the batch's max is the same.
-  loss = jax.jit(lambda p, max_length: m.loss(p, long, 0.0, 0, key, max_length=max_length).total)
+  loss = jax.jit(lambda p, max_length: m.loss(p, long, 0.0, 0, key, max_length=max_length).total,
+                 compiler_options=quick.QUICK_COMPILE)
   loss_a = loss(params, None)
   loss_b = loss(params, jnp.int32(40))
   np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)
 
 
+@pytest.mark.usefixtures("quick_compile")
 @pytest.mark.parametrize("algorithm", ["dijkstra", "binary_search"])
 def test_scan_stops_at_the_trajectory_bound_exactly(algorithm):
   """With the algorithm named, the fast net scans no further than its
-  trajectory bound: the same bits as scanning the whole time bucket, and the
-  reference net's function."""
+  trajectory bound: the same numbers as scanning the whole time bucket (to
+  float32's rounding: the two are XLA programs with different loop trip counts,
+  which XLA may fuse differently; a CI run on another CPU saw one gradient of 8
+  differ by 1 ulp), and the reference net's function."""
   stream = data.TrainStream(algorithm, seed=0, batch_size=3, lengths=(7,))
   feedback = next(stream)
   T = feedback.features.hints[0].data.shape[0]
@@ -178,9 +198,8 @@ def test_scan_stops_at_the_trajectory_bound_exactly(algorithm):
       models["fast"].optimizer, algorithms=[algorithm])
   params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
   results = _losses_grads_preds(models, params, feedback, lambda_gate=0.0)
-  for x, y in zip(jax.tree_util.tree_leaves(results["fast"]),
-                  jax.tree_util.tree_leaves(results["bounded"])):
-    np.testing.assert_array_equal(x, y)
+  _assert_finite(results)
+  _assert_trees_close(results["fast"], results["bounded"], rtol=1e-6)
   np.testing.assert_allclose(float(results["bounded"][0].total),
                              float(results["reference"][0].total), rtol=1e-5)
   _assert_trees_close(results["reference"][1], results["bounded"][1], rtol=1e-4)

@@ -12,7 +12,7 @@ from nar_markov import model as model_lib
 import test_fastnet
 
 
-@pytest.mark.usefixtures("same_gumbel_noise")
+@pytest.mark.usefixtures("quick_compile")
 @pytest.mark.parametrize("processor", model_lib.FAST_PROCESSORS[1:])
 @pytest.mark.parametrize("algorithm", test_fastnet.ALGORITHMS)
 def test_fast_equals_reference(algorithm, processor):
