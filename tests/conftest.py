@@ -56,20 +56,14 @@ def same_gumbel_noise(monkeypatch):
 @pytest.fixture
 def quick_compile(monkeypatch, same_gumbel_noise):  # pylint: disable=unused-argument,redefined-outer-name
   """For tests that compare the fast net with the reference net within a tolerance:
-  every `Learner` built in the test compiles its steps with QUICK_COMPILE added to
-  its options, and dm-clrs's Sinkhorn operator, which both nets call, runs its
-  steps as a loop (`quick.log_sinkhorn_rolled`), with `same_gumbel_noise`'s one key.
-  Both sides of a comparison get the same; the numbers may differ from an
-  unpatched run's in the last bits, so no golden or bit-exact test against
-  production may use it.  Tests that jit a function of their own pass
-  `compiler_options=quick.QUICK_COMPILE` themselves."""
+  dm-clrs's Sinkhorn operator, which both nets call, runs its steps as a loop
+  (`quick.log_sinkhorn_rolled`: the same operations in the same order), with
+  `same_gumbel_noise`'s one key.  Both sides of a comparison get the same; the numbers
+  may differ from an unpatched run's in the last bits, so no golden or bit-exact test
+  against production may use it."""
   import jax  # pylint: disable=g-import-not-at-top
   from clrs._src import decoders  # pylint: disable=g-import-not-at-top
-  from nar_markov import learner  # pylint: disable=g-import-not-at-top
   import quick  # pylint: disable=g-import-not-at-top
-  production = learner.compiler_options
-  monkeypatch.setattr(learner, "compiler_options",
-                      lambda config: {**(production(config) or {}), **quick.QUICK_COMPILE})
 
   def rolled_same_noise(x, steps, temperature, zero_diagonal, noise_rng_key):
     if noise_rng_key is not None:

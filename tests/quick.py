@@ -1,18 +1,12 @@
-"""What conftest's `quick_compile` fixture changes: XLA's compile-time options and
-dm-clrs's Sinkhorn loop, for tests that compare two of our programs with each other."""
+"""What conftest's `quick_compile` fixture changes: dm-clrs's Sinkhorn loop, for tests that
+compare two of our programs with each other.
+
+XLA at -O0 (`xla_backend_optimization_level=0`) was tried too and dropped: it cut a
+comparison's compile CPU time by ~40 %, but moved optimal_bst's Triplet-MPNN gradients by up
+to 1.5 % (CI, 2026-12-02) and gave NaN in a float64 training step (insertion_sort)."""
 
 import jax
 import jax.numpy as jnp
-
-# XLA's compile-time options for float32 tests that compare two of our programs with
-# each other within a tolerance (never with a golden number): LLVM at -O0 and without
-# its expensive passes compiles a fast-vs-reference comparison in about 60 % of the
-# CPU time (bfs on triplet_mpnn, cold: 36.6 s -> 23.1 s).  Not for float64: there a
-# training step of test_dmclrs_training (insertion_sort) compiled so gave NaN.  The
-# comparisons check that what they compare is finite (NaN equals NaN in assert_allclose).
-QUICK_COMPILE = {"xla_backend_optimization_level": 0,
-                 "xla_llvm_disable_expensive_passes": True}
-
 
 def log_sinkhorn_rolled(x, steps, temperature, zero_diagonal, noise_rng_key):
   """dm-clrs's `decoders.log_sinkhorn` with its Python loop of `steps` row and

@@ -20,8 +20,6 @@ from nar_markov import fastnet
 from nar_markov import model as model_lib
 from nar_markov import learner
 
-import quick
-
 HIDDEN = 8
 
 # Every CLRS-30 algorithm: the fast net is the default for all thirty, and a
@@ -64,8 +62,7 @@ def _losses_grads_preds(models, params, feedback, lambda_gate):
       losses = m.loss(p, feedback, lambda_gate, 0, key)
       return losses.total, losses
     # Jitted, as the learner runs it (op by op, each of ~600 ops compiles alone).
-    grads, losses = jax.jit(jax.grad(total, has_aux=True),
-                            compiler_options=quick.QUICK_COMPILE)(params)
+    grads, losses = jax.jit(jax.grad(total, has_aux=True))(params)
     results[impl] = (losses, grads) + tuple(m.eval_batch(params, feedback, 0, True))
   return results
 
@@ -169,12 +166,10 @@ def test_time_padding_and_skipped_steps_change_nothing():
   grads = {}
   for name, fb in [("short", short), ("long", long)]:
     # Jitted, as the learner runs it (op by op, each op compiles alone).
-    grads[name] = jax.jit(jax.grad(lambda p, fb=fb: m.loss(p, fb, 0.0, 0, key).total),
-                          compiler_options=quick.QUICK_COMPILE)(params)
+    grads[name] = jax.jit(jax.grad(lambda p, fb=fb: m.loss(p, fb, 0.0, 0, key).total))(params)
   _assert_trees_close(grads["short"], grads["long"], rtol=1e-6)
   # The skip only drops work: an explicit bound above the batch's max is the same.
-  loss = jax.jit(lambda p, max_length: m.loss(p, long, 0.0, 0, key, max_length=max_length).total,
-                 compiler_options=quick.QUICK_COMPILE)
+  loss = jax.jit(lambda p, max_length: m.loss(p, long, 0.0, 0, key, max_length=max_length).total)
   loss_a = loss(params, None)
   loss_b = loss(params, jnp.int32(40))
   np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)
