@@ -21,6 +21,7 @@ Decisions (the tables' captions and reproduction.md repeat them):
 import json
 import math
 import pathlib
+import sys
 import warnings
 
 import numpy as np
@@ -228,3 +229,20 @@ def load_results(results_dir):
   """(runs, long DataFrame, problems) for a results directory."""
   runs, problems = load_runs(results_dir)
   return runs, to_long(runs), problems
+
+
+def write_table(prog, out, stem, frame, text):
+  """A command's answer into folder `out`: `<stem>.csv` (the frame) and `<stem>.md` (the
+  text), then the text printed; its exit status (2, after one line on stderr, where `out`
+  cannot be written)."""
+  out = pathlib.Path(out)
+  try:
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / f"{stem}.csv", index=False)
+    (out / f"{stem}.md").write_text(text)
+  except OSError as e:
+    where = f" ({e.filename})" if e.filename else ""
+    print(f"{prog}: error: cannot write --out {out}: {e.strerror or e}{where}", file=sys.stderr)
+    return 2
+  print(text)
+  return 0

@@ -108,3 +108,47 @@ def paired_t(differences, confidence=CONFIDENCE):
   else:
     p = t_sf_two_sided(mean / se, n - 1)
   return Paired(n, mean, mean - half, mean + half, p)
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoSample:
+  """Welch's comparison of two independent samples, mean(a) - mean(b): the difference, its
+  95 % interval and the two-sided p-value on the Welch-Satterthwaite degrees of freedom
+  `dof` (NaN where either sample has fewer than 2 values, or both have no spread)."""
+  n_a: int
+  n_b: int
+  mean: float
+  low: float
+  high: float
+  p: float
+  dof: float
+
+
+def welch_t(a, b, confidence=CONFIDENCE):
+  """Two independent samples a, b (sequences of numbers) -> TwoSample."""
+  a, b = [float(x) for x in a], [float(x) for x in b]
+  nan = math.nan
+  if not a or not b:
+    return TwoSample(len(a), len(b), nan, nan, nan, nan, nan)
+  mean = sum(a) / len(a) - sum(b) / len(b)
+  if len(a) < 2 or len(b) < 2:
+    return TwoSample(len(a), len(b), mean, nan, nan, nan, nan)
+
+  def var_of_mean(x):
+    m = sum(x) / len(x)
+    return sum((v - m) ** 2 for v in x) / (len(x) - 1) / len(x)
+
+  va, vb = var_of_mean(a), var_of_mean(b)
+  if va + vb == 0.0:
+    return TwoSample(len(a), len(b), mean, nan, nan, nan, nan)
+  se = math.sqrt(va + vb)
+  dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+  half = t_quantile(0.5 + confidence / 2.0, dof) * se
+  return TwoSample(len(a), len(b), mean, mean - half, mean + half,
+                   t_sf_two_sided(mean / se, dof), dof)
+
+
+def one_sample_t(values, mu, confidence=CONFIDENCE):
+  """values against a fixed mean mu -> Paired of values - mu (the paired test of each value
+  against mu is the one-sample t-test)."""
+  return paired_t([float(v) - mu for v in values], confidence)

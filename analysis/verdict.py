@@ -459,18 +459,7 @@ def main(argv=None):
     print(f"verdict: no algorithm with both ForgetNet and {args.arm} under {args.results}",
           file=sys.stderr)
     return 2
-  text = to_markdown(frame)
-  try:
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "verdict.csv", index=False)
-    (out / "verdict.md").write_text(text)
-  except OSError as e:
-    where = f" ({e.filename})" if e.filename else ""
-    print(f"verdict: error: cannot write --out {out}: {e.strerror or e}{where}",
-          file=sys.stderr)
-    return 2
-  print(text)
-  return 0
+  return results_lib.write_table("verdict", out, "verdict", frame, to_markdown(frame))
 
 
 if __name__ == "__main__":

@@ -341,5 +341,6 @@ def write_result():
 
 
 # Under CI (CI=true, or NAR_FAIL_ON_SKIPS=1 from .ci/run) a skip not listed in
-# tests/skips_allowed.txt fails the run (tests/skip_allowlist.py).
-pytest_plugins = ["skip_allowlist"]
+# tests/skips_allowed.txt fails the run (tests/skip_allowlist.py); the test files run longest
+# first (tests/file_order.py).
+pytest_plugins = ["skip_allowlist", "file_order"]

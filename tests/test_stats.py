@@ -54,3 +54,37 @@ def test_paired_t_edge_cases():
   same = stats.paired_t([3.0, 3.0, 3.0])
   assert (same.p, same.low, same.high) == (0.0, 3.0, 3.0)
   assert stats.paired_t([0.0, 0.0]).p == 1.0
+
+
+# scipy.stats.ttest_ind(a, b, equal_var=False): statistic's p, df, confidence_interval(0.95)
+WELCH = [
+  ([73.78, 75.68, 74.9], [82.03, 85.21, 83.9],
+   0.002642452794618401, 3.266868533076841, -12.194762528546843, -5.658570804786482),
+  ([1.0, 2.0, 4.0, 8.0], [3.0, 3.5],
+   0.76977751350346, 3.152127980682161, -4.356273865820844, 5.356273865820844),
+]
+
+
+@pytest.mark.parametrize("a, b, p, dof, low, high", WELCH)
+def test_welch_t_is_scipys(a, b, p, dof, low, high):
+  w = stats.welch_t(a, b)
+  assert (w.n_a, w.n_b) == (len(a), len(b))
+  assert w.mean == pytest.approx(sum(a) / len(a) - sum(b) / len(b))
+  assert w.dof == pytest.approx(dof, rel=1e-12)
+  assert w.p == pytest.approx(p, rel=1e-6)
+  assert (w.low, w.high) == (pytest.approx(low, rel=1e-9), pytest.approx(high, rel=1e-9))
+
+
+def test_welch_t_without_spread_or_samples_is_nan():
+  assert math.isnan(stats.welch_t([1.0, 1.0], [2.0, 2.0]).p)
+  assert math.isnan(stats.welch_t([1.0], [2.0, 3.0]).p)
+  assert stats.welch_t([1.0], [2.0, 3.0]).mean == pytest.approx(-1.5)
+  assert math.isnan(stats.welch_t([], [2.0, 3.0]).mean)
+
+
+def test_one_sample_t_is_scipys():
+  # scipy.stats.ttest_1samp([73.78, 75.68, 74.9], 63.67): p, confidence_interval().low
+  t = stats.one_sample_t([73.78, 75.68, 74.9], 63.67)
+  assert t.p == pytest.approx(0.0024512565497761068, rel=1e-6)
+  assert t.low == pytest.approx(8.744174258265701, rel=1e-9)
+  assert t.n == 3 and t.mean == pytest.approx(74.78666666666666 - 63.67)

@@ -1,0 +1,171 @@
+"""Which processor the paper's three models used: docs/design.md's rule ("Which processor"),
+applied to the committed full-protocol baseline runs.
+
+    python -m analysis.processor_call --results results/full_decisive \
+        results/full_insertion_sort results/full_activity_selector results/processor \
+        --out results/processor/call
+
+The rule, as committed before the first `triplet_mpnn` run: on each of RULE_ALGORITHMS where
+both candidates' baselines have seeds 0-2, a candidate lands if its 3-seed mean is within
+LANDS_WITHIN_SIGMA of the paper's sigma of the paper's baseline mean; the candidate that lands
+on more is the paper's, on a tie the one with the smaller mean |delta/sigma|. Beside it, per
+algorithm: Welch's t-test between the candidates' seeds and each candidate's one-sample
+t-test against the paper's mean; a call that rests on an algorithm whose Welch p is above
+PROVISIONAL_P reads "provisional". Every compared run must share one protocol apart from the
+processor (else the command refuses, naming the runs). Writes call.md and call.csv into --out.
+"""
+
+import argparse
+import math
+import sys
+
+import numpy as np
+import pandas as pd
+
+from analysis import labels
+from analysis import paper as paper_lib
+from analysis import protocols
+from analysis import results as results_lib
+from analysis import stats
+
+CANDIDATES = ("triplet_gmpnn", "triplet_mpnn")
+RULE_ALGORITHMS = ("find_maximum_subarray_kadane", "binary_search", "insertion_sort",
+                   "activity_selector")
+SEEDS = (0, 1, 2)
+LANDS_WITHIN_SIGMA = 2.0
+PROVISIONAL_P = 0.1
+
+
+def processor(run):
+  """The processor a run trained on (result.json settings; the protocol's default where an
+  older record leaves it out)."""
+  return protocols.protocol(run)["processor"]
+
+
+def baseline_scores(runs):
+  """{(algorithm, processor): {seed: test %}} of the baseline runs on RULE_ALGORITHMS and
+  SEEDS that finished; raises ValueError where two of them differ in protocol apart from
+  the processor, or where one (algorithm, processor, seed) has two runs."""
+  picked = [r for r in runs if r["model"] == "baseline" and r["algorithm"] in RULE_ALGORITHMS
+            and r["seed"] in SEEDS and r.get("status") == "done"
+            and not labels.is_calibration(r) and processor(r) in CANDIDATES]
+  by_protocol = {}
+  for r in picked:
+    rest = {k: v for k, v in protocols.protocol(r).items() if k != "processor"}
+    by_protocol.setdefault(tuple(sorted(rest.items())), []).append(r["path"])
+  if len(by_protocol) > 1:
+    groups = "; ".join(f"{paths[0]} (+{len(paths) - 1})" for paths in by_protocol.values())
+    raise ValueError(f"the baselines differ in protocol apart from the processor: {groups}")
+  out = {}
+  for r in picked:
+    cell = out.setdefault((r["algorithm"], processor(r)), {})
+    if r["seed"] in cell:
+      raise ValueError(f"two baseline runs of {r['algorithm']} seed {r['seed']} on "
+                       f"{processor(r)}: {r['path']} and another")
+    cell[r["seed"]] = 100.0 * float(r["test_score"])
+  return out
+
+
+def algorithm_rows(scores, paper_baseline):
+  """One row per (algorithm, candidate): its seeds, mean, sd, delta/sigma to the paper's
+  baseline, whether it lands (only with every seed of SEEDS), its one-sample t-test against
+  the paper's mean and, on the algorithm, Welch's test between the candidates."""
+  rows = []
+  for alg in RULE_ALGORITHMS:
+    p_mean, p_sd = paper_baseline[alg]
+    seeds = {c: scores.get((alg, c), {}) for c in CANDIDATES}
+    welch = stats.welch_t(list(seeds[CANDIDATES[1]].values()),
+                          list(seeds[CANDIDATES[0]].values()))
+    for c in CANDIDATES:
+      values = [seeds[c][s] for s in sorted(seeds[c])]
+      mean = float(np.mean(values)) if values else math.nan
+      sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+      complete = set(seeds[c]) == set(SEEDS)
+      dz = (mean - p_mean) / p_sd
+      one = stats.one_sample_t(values, p_mean)
+      rows.append({
+          "algorithm": alg, "processor": c, "seeds": ",".join(map(str, sorted(seeds[c]))),
+          "n": len(values), "mean": mean, "sd": sd, "paper_mean": p_mean, "paper_sd": p_sd,
+          "delta_sigma": dz, "lands": (abs(dz) <= LANDS_WITHIN_SIGMA) if complete else None,
+          "vs_paper_diff": one.mean, "vs_paper_low": one.low, "vs_paper_high": one.high,
+          "vs_paper_p": one.p,
+          "welch_mpnn_minus_gmpnn": welch.mean, "welch_low": welch.low,
+          "welch_high": welch.high, "welch_p": welch.p, "welch_dof": welch.dof})
+  return pd.DataFrame(rows)
+
+
+def call(frame):
+  """(processor or None, how: a sentence) by the rule, over the algorithms where both
+  candidates have every seed."""
+  ready = [alg for alg in RULE_ALGORITHMS
+           if frame[(frame.algorithm == alg)].lands.notna().all()]
+  if not ready:
+    return None, ("no call: no algorithm of the rule has both processors' baselines on "
+                  f"seeds {', '.join(map(str, SEEDS))}")
+  sub = frame[frame.algorithm.isin(ready)]
+  landed = {c: int(sub[sub.processor == c].lands.sum()) for c in CANDIDATES}
+  off = {c: float(sub[sub.processor == c].delta_sigma.abs().mean()) for c in CANDIDATES}
+  a, b = CANDIDATES
+  if landed[a] != landed[b]:
+    chosen = a if landed[a] > landed[b] else b
+    deciding = [alg for alg in ready
+                if sub[(sub.algorithm == alg) & (sub.processor == a)].lands.item()
+                != sub[(sub.algorithm == alg) & (sub.processor == b)].lands.item()]
+    how = f"lands on {landed[chosen]} of {len(ready)}, the other on {min(landed.values())}"
+  else:
+    chosen = a if off[a] < off[b] else b
+    deciding = ready
+    how = (f"both land on {landed[a]} of {len(ready)}: the smaller mean |delta/sigma| "
+           f"({off[chosen]:.1f} against {max(off.values()):.1f})")
+  weak = [alg for alg in deciding
+          if not sub[sub.algorithm == alg].welch_p.iloc[0] <= PROVISIONAL_P]
+  sure = (f"provisional (Welch p > {PROVISIONAL_P} on {', '.join(weak)})" if weak
+          else "not provisional")
+  return chosen, f"{chosen}: {how}, on {', '.join(ready)}; {sure}"
+
+
+def _f(x, fmt="+.2f"):
+  return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def to_markdown(frame, verdict):
+  lines = ["| algorithm | processor | seeds | mean ± sd | paper baseline | Δ/σ (paper's σ) "
+           "| lands | vs paper's mean: diff [95 %], p | mpnn − gmpnn (Welch) [95 %], p |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for r in frame.itertuples():
+    lands = {True: "yes", False: "no", None: "—"}[r.lands if r.lands in (True, False) else None]
+    welch = (f"{_f(r.welch_mpnn_minus_gmpnn)} [{_f(r.welch_low)}, {_f(r.welch_high)}], "
+             f"p {_f(r.welch_p, '.3f')}" if r.processor == CANDIDATES[1] else "")
+    lines.append(
+        f"| {r.algorithm} | {r.processor} | {r.seeds or '—'} | {_f(r.mean, '.2f')} ± "
+        f"{_f(r.sd, '.2f')} | {r.paper_mean:.2f} ± {r.paper_sd:.2f} | {_f(r.delta_sigma, '+.1f')} "
+        f"| {lands} | {_f(r.vs_paper_diff)} [{_f(r.vs_paper_low)}, {_f(r.vs_paper_high)}], "
+        f"p {_f(r.vs_paper_p, '.3f')} | {welch} |")
+  return "\n".join(lines + ["", f"**Call**: {verdict}",
+                            "", "Δ/σ is in the paper's σ, not a significance test; the "
+                            "t-tests are on our seeds.", ""])
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(prog="python -m analysis.processor_call",
+                                   description=__doc__.split("\n")[0])
+  parser.add_argument("--results", nargs="+", required=True)
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  try:
+    runs = []
+    for root in args.results:
+      found, _ = results_lib.load_runs(root)
+      runs += [dict(r, path=f"{root}/{r['path']}") for r in found]
+    paper = paper_lib.paper_cells(paper_lib.load_paper_results(), "baseline")
+    frame = algorithm_rows(baseline_scores(runs), paper)
+  except (FileNotFoundError, ValueError) as e:
+    print(f"processor_call: error: {e}", file=sys.stderr)
+    return 2
+  _, verdict = call(frame)
+  return results_lib.write_table("processor_call", args.out, "call", frame,
+                                 to_markdown(frame, verdict))
+
+
+if __name__ == "__main__":
+  sys.exit(main())
