@@ -36,32 +36,31 @@ LANDS_WITHIN_SIGMA = 2.0
 PROVISIONAL_P = 0.1
 
 
-def processor(run):
-  """The processor a run trained on (result.json settings; the protocol's default where an
-  older record leaves it out)."""
-  return protocols.protocol(run)["processor"]
-
-
 def baseline_scores(runs):
   """{(algorithm, processor): {seed: test %}} of the baseline runs on RULE_ALGORITHMS and
   SEEDS that finished; raises ValueError where two of them differ in protocol apart from
   the processor, or where one (algorithm, processor, seed) has two runs."""
-  picked = [r for r in runs if r["model"] == "baseline" and r["algorithm"] in RULE_ALGORITHMS
-            and r["seed"] in SEEDS and r.get("status") == "done"
-            and not labels.is_calibration(r) and processor(r) in CANDIDATES]
+  picked = []  # (run, its processor)
   by_protocol = {}
-  for r in picked:
-    rest = {k: v for k, v in protocols.protocol(r).items() if k != "processor"}
+  for r in runs:
+    if (r["model"] != "baseline" or r["algorithm"] not in RULE_ALGORITHMS
+        or r["seed"] not in SEEDS or r.get("status") != "done" or labels.is_calibration(r)):
+      continue
+    rest = protocols.protocol(r)
+    proc = rest.pop("processor")
+    if proc not in CANDIDATES:
+      continue
+    picked.append((r, proc))
     by_protocol.setdefault(tuple(sorted(rest.items())), []).append(r["path"])
   if len(by_protocol) > 1:
     groups = "; ".join(f"{paths[0]} (+{len(paths) - 1})" for paths in by_protocol.values())
     raise ValueError(f"the baselines differ in protocol apart from the processor: {groups}")
   out = {}
-  for r in picked:
-    cell = out.setdefault((r["algorithm"], processor(r)), {})
+  for r, proc in picked:
+    cell = out.setdefault((r["algorithm"], proc), {})
     if r["seed"] in cell:
       raise ValueError(f"two baseline runs of {r['algorithm']} seed {r['seed']} on "
-                       f"{processor(r)}: {r['path']} and another")
+                       f"{proc}: {r['path']} and another")
     cell[r["seed"]] = 100.0 * float(r["test_score"])
   return out
 
@@ -86,7 +85,7 @@ def algorithm_rows(scores, paper_baseline):
       rows.append({
           "algorithm": alg, "processor": c, "seeds": ",".join(map(str, sorted(seeds[c]))),
           "n": len(values), "mean": mean, "sd": sd, "paper_mean": p_mean, "paper_sd": p_sd,
-          "delta_sigma": dz, "lands": (abs(dz) <= LANDS_WITHIN_SIGMA) if complete else None,
+          "delta_sigma": dz, "lands": bool(abs(dz) <= LANDS_WITHIN_SIGMA) if complete else None,
           "vs_paper_diff": one.mean, "vs_paper_low": one.low, "vs_paper_high": one.high,
           "vs_paper_p": one.p,
           "welch_mpnn_minus_gmpnn": welch.mean, "welch_low": welch.low,
@@ -133,7 +132,7 @@ def to_markdown(frame, verdict):
            "| lands | vs paper's mean: diff [95 %], p | mpnn − gmpnn (Welch) [95 %], p |",
            "|---|---|---|---|---|---|---|---|---|"]
   for r in frame.itertuples():
-    lands = {True: "yes", False: "no", None: "—"}[r.lands if r.lands in (True, False) else None]
+    lands = "—" if r.lands is None else "yes" if r.lands else "no"
     welch = (f"{_f(r.welch_mpnn_minus_gmpnn)} [{_f(r.welch_low)}, {_f(r.welch_high)}], "
              f"p {_f(r.welch_p, '.3f')}" if r.processor == CANDIDATES[1] else "")
     lines.append(

@@ -49,9 +49,9 @@ def longest_first(nodeids, costs: Dict[str, float]):
   for i, nodeid in enumerate(nodeids):
     first.setdefault(_file(nodeid), i)
 
-  def key(i):
+  def key(i):  # sorted() is stable: tests keep their order inside a file
     f = _file(nodeids[i])
-    return (f not in costs, -costs.get(f, 0.0), first[f], i)
+    return (f not in costs, -costs.get(f, 0.0), first[f])
 
   return sorted(range(len(nodeids)), key=key)
 
