@@ -1,5 +1,5 @@
 """Hint accuracy along the trajectory, one panel per hint, one line per model: the figure of
-`python -m nar_markov.evaluate RUN_DIR --hints --json OUT` files.
+`python -m nar_markov.probes.evaluate RUN_DIR --hints --json OUT` files.
 
     python -m analysis.hint_accuracy --eval ForgetNet=forget.json --eval baseline=base.json \
         --out DIR [--name insertion_sort_hint_accuracy]
@@ -27,7 +27,7 @@ def read_evaluation(path):
   scores = data.get("scores") or []
   if not scores or "hints" not in scores[0]:
     raise ValueError(f"{path}: no per-step hint scores (write it with "
-                     "`python -m nar_markov.evaluate RUN_DIR --hints --json OUT`)")
+                     "`python -m nar_markov.probes.evaluate RUN_DIR --hints --json OUT`)")
   return data["algorithm"], scores[0]["nb_nodes"], scores[0]["hints"]
 
 

@@ -5,16 +5,16 @@ settings (steps, schedule, batch, learning rate, clipping, train sizes, validati
 the net's architecture (hidden size, processor, triplet features, ...). What tells the models
 and their variants apart (the history policy and its scope, the gate, the penalty) is not
 protocol: those are the columns of a table. A run's protocol is read from its result.json
-`settings` record (nar_markov.runspec.run_settings), with the top-level fields and then the
+`settings` record (nar_markov.config.runspec.run_settings), with the top-level fields and then the
 configurables' defaults for what an older record leaves out.
 """
 
 import dataclasses
 import json
 
-from nar_markov import clrs30  # no jax
-from nar_markov import netconfig  # no jax
-from nar_markov import runspec  # no jax
+from nar_markov.config import clrs30  # no jax
+from nar_markov.config import netconfig  # no jax
+from nar_markov.config import runspec  # no jax
 
 # What a model label (and its variants) is, not how it was trained.
 MODEL_SETTINGS = frozenset(

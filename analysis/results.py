@@ -29,9 +29,9 @@ import pandas as pd
 
 from analysis import categories
 from analysis import labels
-from nar_markov import runs as runs_lib  # no jax: the results format's owner
+from nar_markov.store import runs as runs_lib  # no jax: the results format's owner
 
-# The result schema is nar_markov.runs's, the one owner of the results format.
+# The result schema is nar_markov.store.runs's, the one owner of the results format.
 SCHEMA = runs_lib.RESULT_SCHEMA
 STD_DDOF = 1
 STATUSES = runs_lib.FINAL_STATUSES

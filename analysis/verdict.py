@@ -26,10 +26,10 @@ to each paired comparison -- F vs B (the paper's first claim), G vs F (its secon
             (within 2: reproduces). It is the distance to the paper's mean, not a
             significance test; our own spread (sample std over our seeds) is beside it.
   Markov    measured on the tested checkpoint, on the test split (`<run>/markov.json`, from
-            `python -m nar_markov.evaluate <run> --markov`; docs/design.md): its history scope
+            `python -m nar_markov.probes.evaluate <run> --markov`; docs/design.md): its history scope
             gates every consumer of h(t-1) (`processor_decoder`, the default), and zeroing the
             history moves its score by less than 1 point and under 1 % of its predictions,
-            with its gate norm there below 0.1 (nar_markov.evaluate.markov_in_effect) -- "yes"
+            with its gate norm there below 0.1 (nar_markov.probes.evaluate.markov_in_effect) -- "yes"
             only when every seed is measured and Markov; a run without markov.json (its
             parameters are not here) is "not measured". The validation gate norm at the last
             step is shown beside it, as before.
@@ -52,9 +52,9 @@ from analysis import labels
 from analysis import paper as paper_lib
 from analysis import results as results_lib
 from analysis import stats
-from nar_markov import evaluate  # no jax at import: the Markov rule
-from nar_markov import netconfig  # no jax
-from nar_markov import runs as runs_lib  # no jax
+from nar_markov.probes import evaluate  # no jax at import: the Markov rule
+from nar_markov.config import netconfig  # no jax
+from nar_markov.store import runs as runs_lib  # no jax
 
 MIN_SEEDS_TO_CALL = 3
 FULL_SCOPE = evaluate.MARKOV_SCOPE                  # every consumer of h(t-1) gated

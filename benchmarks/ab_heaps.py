@@ -35,8 +35,8 @@ if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banner
 
 from benchmarks import bench
 from benchmarks import common
-from nar_markov import data
-from nar_markov import learner
+from nar_markov.data import pipeline as data
+from nar_markov.nets import learner
 
 SCHEMA = "nar_markov.ab_heaps/1"
 TRAINERS = ("heaps", "one", "clrs")

@@ -8,7 +8,7 @@
 
 For each algorithm, three measurements of the paper's baseline (our
 `learner.Learner` with `NetConfig(history='full')` -- the default impl, i.e. the
-fast path of nar_markov.fastnet -- and `learner.make_optimizer`) and of
+fast path of nar_markov.nets.fastnet -- and `learner.make_optimizer`) and of
 `clrs.models.BaselineModel` built as `clrs/examples/run.py` builds it
 (triplet_gmpnn -- or `--processor triplet_mpnn` on both sides -- with layer norm and
 8 triplet features, hints encoded and
@@ -97,12 +97,12 @@ import jax
 import numpy as np
 
 from benchmarks import common
-from nar_markov import data
-from nar_markov import devices
-from nar_markov import model as model_lib
+from nar_markov.data import pipeline as data
+from nar_markov.training import devices
+from nar_markov.nets import model as model_lib
 from nar_markov import quiet
-from nar_markov import learner
-from nar_markov import util
+from nar_markov.nets import learner
+from nar_markov.store import util
 
 SCHEMA = "nar_markov.bench/1"
 DEFAULT_ALGORITHMS = ("bfs", "insertion_sort", "dfs", "floyd_warshall",

@@ -44,8 +44,8 @@ def log(msg: str) -> None:
 def worker(gin_files: Sequence[str], gin_params: Sequence[str], algorithm: str,
            seed: int, results_dir: str) -> None:
   """One training run in this process; prints its result's timings as one JSON line."""
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   config_lib.parse_gin(gin_files, gin_params)
   result = experiment.run_experiment(algorithm=algorithm, seed=seed, results_dir=results_dir)
   print(json.dumps({"train_time_s": result["train_time_s"],

@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Optional
 
 import jax
 
-from nar_markov import devices
-from nar_markov import runs
-from nar_markov import util
+from nar_markov.training import devices
+from nar_markov.store import runs
+from nar_markov.store import util
 
 # One event per backend compilation in jax 0.10.2 (`pxla._cached_compilation`); a
 # persistent-cache hit fires it too.
@@ -100,7 +100,7 @@ class CacheLog(logging.Handler):
   def __init__(self):
     # learner.py ignores the expected write failure when it is imported; imported first,
     # its filter is behind the one below, which records every warning.
-    from nar_markov import learner  # pylint: disable=g-import-not-at-top,unused-import
+    from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top,unused-import
     super().__init__(level=logging.DEBUG)
     self.records: List[Dict[str, Any]] = []
     self._logger = logging.getLogger("jax._src.compiler")

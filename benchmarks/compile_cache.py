@@ -70,7 +70,7 @@ def worker(algorithm: str, gin_files: Sequence[str], gin_params: Sequence[str],
   """One run in this (fresh) process, as a sweep's job; its compilations."""
   from benchmarks import common  # pylint: disable=g-import-not-at-top  (imports jax)
   from launch import cluster  # pylint: disable=g-import-not-at-top
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   counter = common.CompileCounter()
   cache_log = common.CacheLog()
   t0, cpu0 = time.perf_counter(), common.cpu_seconds()
@@ -194,7 +194,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                               gin_params=args.gin_param,
                                               results_dir=args.worker_results), indent=None)
     return 0
-  from nar_markov import clrs30  # pylint: disable=g-import-not-at-top  (no jax)
+  from nar_markov.config import clrs30  # pylint: disable=g-import-not-at-top  (no jax)
   try:
     algorithms = [clrs30.check_algorithm(a) for a in algorithms]
   except ValueError as e:
@@ -202,7 +202,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 2
   gin_params = run_params(args.train_steps) + list(args.gin_param)
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from nar_markov import util  # pylint: disable=g-import-not-at-top
+  from nar_markov.store import util  # pylint: disable=g-import-not-at-top
   report = {"schema": SCHEMA,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": common.machine_info(), "versions": util.package_versions(),

@@ -17,7 +17,7 @@ process with JAX's persistent cache off (what each costs: `trace_s`, `lower_s`,
   conditionals, products (`dot`), custom calls (on GPU: cuBLAS) and, on GPU, fusions
   emitted by Triton (autotuned); the scratch it allocates (`temp_mib`).
 
-Variants: `ours` (the default net, nar_markov.fastnet, remat on), `ours_noremat`
+Variants: `ours` (the default net, nar_markov.nets.fastnet, remat on), `ours_noremat`
 (NetConfig.remat=False), `ours_reference` (dm-clrs's modules in our learner,
 NetConfig.impl='reference'), `clrs` (dm-clrs 2.0.3's BaselineModel's own jitted
 feedback step, built as its examples/run.py builds it; benchmarks/bench.py).
@@ -51,10 +51,10 @@ import numpy as np
 
 from benchmarks import bench
 from benchmarks import common
-from nar_markov import data
-from nar_markov import learner
-from nar_markov import model as model_lib
-from nar_markov import util
+from nar_markov.data import pipeline as data
+from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
+from nar_markov.store import util
 
 SCHEMA = "nar_markov.compile_drivers/1"
 VARIANTS = ("ours", "ours_noremat", "ours_reference", "clrs")

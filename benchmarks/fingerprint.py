@@ -32,9 +32,9 @@ import jax
 import numpy as np
 
 from benchmarks import common
-from nar_markov import data
-from nar_markov import learner
-from nar_markov import model as model_lib
+from nar_markov.data import pipeline as data
+from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 
 SCHEMA = "nar_markov.fingerprint/1"
 HIDDEN = 16

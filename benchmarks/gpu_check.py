@@ -153,7 +153,7 @@ def _progress(path: Optional[str], partial: Dict[str, Any]) -> None:
 def backend_probe(**kwargs) -> Dict[str, Any]:
   """In a local job (after cluster.Job's GPU check): what it sees."""
   del kwargs
-  from nar_markov import devices  # pylint: disable=g-import-not-at-top
+  from nar_markov.training import devices  # pylint: disable=g-import-not-at-top
   return {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
           "device": devices.describe_backend(),
           "compilation_cache": os.environ.get("NAR_MARKOV_JAX_CACHE")}
@@ -200,7 +200,7 @@ def _first_steps(compiled, args) -> Dict[str, Any]:
 def row_compile(tiny: bool, cache: str, **_) -> Dict[str, Any]:
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from benchmarks import compile_drivers  # pylint: disable=g-import-not-at-top
-  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   learner.setup_compilation_cache(cache)
   feedback, spec = compile_drivers.train_batch("bfs", s["nb_nodes"], s["batch"])
@@ -333,8 +333,8 @@ def row_init(tiny: bool, cache: str, progress: Optional[str] = None, **_) -> Dic
   import numpy as np  # pylint: disable=g-import-not-at-top
   from benchmarks import bench  # pylint: disable=g-import-not-at-top
   from benchmarks import compile_drivers  # pylint: disable=g-import-not-at-top
-  from nar_markov import learner  # pylint: disable=g-import-not-at-top
-  from nar_markov import model as model_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import model as model_lib  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   learner.setup_compilation_cache(cache)
   feedback, spec = compile_drivers.train_batch("bfs", s["nb_nodes"], s["batch"])
@@ -378,7 +378,7 @@ def row_sampler(tiny: bool, progress: Optional[str] = None, **_) -> Dict[str, An
   the model is initialised by its init's computation jitted (`_init_jitted`)."""
   from benchmarks import bench  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from nar_markov import data  # pylint: disable=g-import-not-at-top
+  from nar_markov.data import pipeline as data  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   bench.disable_persistent_cache()
   algorithm, step_fn = "bfs", bench.TRAIN_STEP_FUNCTION["clrs"]
@@ -420,7 +420,7 @@ def row_run(tiny: bool, cache: str, work: str, progress: Optional[str] = None,
             **_) -> Dict[str, Any]:
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from launch import cluster  # pylint: disable=g-import-not-at-top
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   os.environ["NAR_MARKOV_JAX_CACHE"] = cache
   counter, log = common.CompileCounter(), common.CacheLog()
@@ -450,7 +450,7 @@ def row_run(tiny: bool, cache: str, work: str, progress: Optional[str] = None,
 
 def row_steady(tiny: bool, cache: str, **_) -> Dict[str, Any]:
   from benchmarks import bench  # pylint: disable=g-import-not-at-top
-  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   learner.setup_compilation_cache(cache)
   out = {}
@@ -467,7 +467,7 @@ def row_steady(tiny: bool, cache: str, **_) -> Dict[str, Any]:
 
 def row_seeds(tiny: bool, cache: str, **_) -> Dict[str, Any]:
   from benchmarks import bench_seeds  # pylint: disable=g-import-not-at-top
-  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   learner.setup_compilation_cache(cache)
   return bench_seeds.run("bfs", k=s["k"], steps=s["seeds_steps"], rounds=s["rounds"],
@@ -512,7 +512,7 @@ def worker(row: str, out: str, lever: str = "pin", **kwargs) -> int:
     if options and kwargs.get("cache"):
       # The project's set-up would put its own minimum back (learner.setup_compilation_cache
       # acts once per process): it runs first, the lever's options after it.
-      from nar_markov import learner  # pylint: disable=g-import-not-at-top
+      from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top
       learner.setup_compilation_cache(kwargs["cache"])
     for key, value in options.items():
       jax.config.update(key, value)

@@ -69,8 +69,8 @@ import optax
 
 from benchmarks import bench
 from benchmarks import common
-from nar_markov import data
-from nar_markov import model as model_lib
+from nar_markov.data import pipeline as data
+from nar_markov.nets import model as model_lib
 
 SCHEMA = "nar_markov.profile/1"
 STAGES = ("encode", "history", "triplet", "message_mlp", "process", "decode",

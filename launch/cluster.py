@@ -22,13 +22,13 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import gin
 import submitit
 
-from nar_markov import calibrate
-from nar_markov import clrs30
-from nar_markov import config as config_lib
-from nar_markov import experiment
-from nar_markov import lambda_heuristic
-from nar_markov import runs as runs_lib
-from nar_markov import runspec
+from nar_markov.training import calibrate
+from nar_markov.config import clrs30
+from nar_markov.config import gin_files as config_lib
+from nar_markov.training import experiment
+from nar_markov.config import lambda_heuristic
+from nar_markov.store import runs as runs_lib
+from nar_markov.config import runspec
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
 MAX_ARRAY_SIZE = 1000
@@ -48,7 +48,7 @@ class SlurmResources:
 
   partition: None = the cluster's default.  gpus_per_task: the paper's runs take 1
   (gin/slurm_gpu.gin); a job that asked for GPUs and got fewer stops at its start
-  (nar_markov.devices.check_gpus).  0 trains on CPU.  None (the default): Slurm is
+  (nar_markov.training.devices.check_gpus).  0 trains on CPU.  None (the default): Slurm is
   asked for none; a local job gets the first GPU the machine shows, if any, and runs
   on whatever JAX finds (docs/cluster.md).  timeout_min: the limit of one attempt (>= MIN_TIMEOUT_MIN); a
   longer run is checkpointed and requeued, at most `max_num_timeout` times.
@@ -225,7 +225,7 @@ def _job_environment(kwargs: Mapping[str, Any]) -> Iterator[None]:
   asked = SlurmResources().gpus_per_task
   cache = compilation_cache_dir(kwargs["results_dir"])  # pylint: disable=no-value-for-parameter
   if asked:
-    from nar_markov import devices  # pylint: disable=g-import-not-at-top  (imports jax)
+    from nar_markov.training import devices  # pylint: disable=g-import-not-at-top  (imports jax)
     devices.check_gpus(asked)
   private_cache_dir(kwargs["results_dir"], cache)
   saved = os.environ.get("NAR_MARKOV_JAX_CACHE")
@@ -457,7 +457,7 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 
 
 def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
-  """Run key -> what its result must have been made with (nar_markov.runs.check_result).
+  """Run key -> what its result must have been made with (nar_markov.store.runs.check_result).
 
   Single-task runs: `runspec.run_definition_from_gin` (settings, model, lambda;
   lambda left out where its calibration record does not exist yet) plus the

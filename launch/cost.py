@@ -16,7 +16,7 @@ import pathlib
 import statistics
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
-from nar_markov import clrs30
+from nar_markov.config import clrs30
 
 _HERE = pathlib.Path(__file__).resolve().parent
 MEASURED_FILE = _HERE / "cost_cpu.json"
@@ -209,9 +209,9 @@ def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
 
 def settings_from_gin() -> Dict[str, Any]:
   """The settings `estimate_run` and the calibration estimate read, from the
-  components of the gin config parsed last (nar_markov.runspec.configured)."""
+  components of the gin config parsed last (nar_markov.config.runspec.configured)."""
   from launch import cluster  # pylint: disable=g-import-not-at-top  (no jax)
-  from nar_markov import runspec  # pylint: disable=g-import-not-at-top  (no jax)
+  from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top  (no jax)
   c = runspec.configured()
   protocol, net = c["protocol"], c["net"]
   out = {n: getattr(protocol, n) for n in (
@@ -303,7 +303,7 @@ def format_calibration_estimate(algorithms: Sequence[str], settings: Mapping[str
                                 heuristic) -> str:
   """Stage 1 of a G-ForgetNet sweep: the lambda calibrations' cost (ESTIMATES).
 
-  `heuristic`: nar_markov.lambda_heuristic.LambdaHeuristic.  Each calibration seed
+  `heuristic`: nar_markov.config.lambda_heuristic.LambdaHeuristic.  Each calibration seed
   trains to the calibration step (0.6 of the schedule); under 'constant' each
   seed adds up to max_trials search runs of that length.  With
   reuse_calibration_prefix the G-ForgetNet run of a calibration seed continues

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 from gin import config as gin_config
 from gin import config_parser
 
-from nar_markov import config as config_lib
+from nar_markov.config import gin_files as config_lib
 
 # A binding's key: (scope, configurable or macro, parameter; '' for a macro).
 Key = Tuple[str, str, str]

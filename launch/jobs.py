@@ -26,7 +26,7 @@ import sys
 from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from nar_markov import quiet
-from nar_markov import runs
+from nar_markov.store import runs
 
 MANIFEST_DIR = "_sweeps"
 LOG_DIR = "_logs"

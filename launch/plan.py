@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from launch import jobs
 from launch import cluster
 from launch import status
-from nar_markov import runs
+from nar_markov.store import runs
 
 
 class UsageError(Exception):
@@ -118,9 +118,9 @@ def check(plan: Plan, archive_mismatched: bool, results_dir) -> List[str]:
 
 
 def data_cache_dir() -> pathlib.Path:
-  """The data cache the jobs will use: nar_markov.data.resolve_cache_dir's answer
+  """The data cache the jobs will use: nar_markov.data.pipeline.resolve_cache_dir's answer
   ($NAR_MARKOV_CACHE > gin `cache_dir.path` > ~/.cache/nar_markov), without clrs."""
-  from nar_markov import clrs30  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import clrs30  # pylint: disable=g-import-not-at-top
   for candidate in (os.environ.get("NAR_MARKOV_CACHE"), clrs30.cache_dir()):
     if candidate:
       return pathlib.Path(candidate).expanduser()
@@ -128,7 +128,7 @@ def data_cache_dir() -> pathlib.Path:
 
 
 def cached_test_split(algorithm: str) -> Optional[pathlib.Path]:
-  """nar_markov.data.cache_path(algorithm, 'test'), without importing clrs (None where
+  """nar_markov.data.pipeline.cache_path(algorithm, 'test'), without importing clrs (None where
   dm-clrs is not installed)."""
   try:
     version = importlib.metadata.version("dm-clrs")
@@ -158,7 +158,7 @@ def check_data_cache(plan: Plan) -> None:
       f"the data cache {folder} cannot be written ({why}: {existing}) and lacks the test "
       f"split of {names}{more}: every job would fail at start (nothing submitted). Point "
       "NAR_MARKOV_CACHE at a writable folder, or fill the cache where it can be written "
-      "(python -m nar_markov.data --all --cache-dir <folder>)")
+      "(python -m nar_markov.data.pipeline --all --cache-dir <folder>)")
 
 
 # -- printing --------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def _cost_lines(plan: Plan) -> List[str]:
   lines = [cost.format_estimate(cost.count_by_algorithm(r.algorithm for r in plan.todo),
                                 settings)]
   if plan.calib_todo:
-    from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
+    from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
     lines.append(cost.format_calibration_estimate([c.algorithm for c in plan.calib_todo],
                                                   settings, lambda_heuristic.LambdaHeuristic()))
   return lines

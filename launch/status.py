@@ -1,7 +1,7 @@
 """What became of a sweep's runs: done, diverged, running, failed, missing, corrupt, other.
 
 `survey` is what the sweep plans from and what --status reports: each run's result
-(nar_markov.runs.check_result), its checkpoint (runs.check_checkpoint, where the
+(nar_markov.store.runs.check_result), its checkpoint (runs.check_checkpoint, where the
 settings are known) and its last job (launch/jobs.py).  Imports no jax.
 """
 
@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launch import cluster
 from launch import jobs
-from nar_markov import runs
+from nar_markov.store import runs
 
 STATES = ("done", "diverged", "running", "failed", "missing", "corrupt", "other")
 # A job's phase (jobs.JobState) as a run's state; never submitted: missing.
@@ -123,7 +123,7 @@ def calibration_report(results_dir) -> Tuple[List[str], List[str]]:
   """Stage 1 of G-ForgetNet sweeps, lines and warnings: each λ calibration's record
   (done, or unusable: it does not read back) or its last job (calibrating; failed,
   with why and its log)."""
-  from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
+  from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
   records = {str(lambda_heuristic.calibration_root(results_dir) / reading / f"{alg}.json"):
              (reading, alg, rec)
              for (reading, alg), rec in lambda_heuristic.read_records(results_dir).items()}

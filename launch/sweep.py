@@ -44,7 +44,7 @@ from launch import plan as plan_lib
 from launch import status
 from launch import submit
 from nar_markov import quiet
-from nar_markov import runs
+from nar_markov.store import runs
 from launch.plan import UsageError
 # pylint: enable=g-import-not-at-top,wrong-import-position
 

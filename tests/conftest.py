@@ -17,7 +17,7 @@ import pytest
 import submitit  # noqa: F401  pylint: disable=unused-import
 
 from nar_markov import quiet
-from nar_markov import runspec
+from nar_markov.config import runspec
 
 import flat
 
@@ -125,7 +125,7 @@ def compile_cache_key() -> str:
   count rounds otherwise: the bit-exact golden runs (test_golden_runs) must never load
   one."""
   import jax  # pylint: disable=g-import-not-at-top
-  from nar_markov import devices  # pylint: disable=g-import-not-at-top
+  from nar_markov.training import devices  # pylint: disable=g-import-not-at-top
   cpu = devices.describe_host_cpu()
   model = re.sub(r"[^A-Za-z0-9]+", "_", cpu["model"] or "unknown").strip("_")
   simd = ".".join(cpu["simd"]) if cpu["simd"] is not None else "simd_unknown"
@@ -151,7 +151,7 @@ def _jax_compilation_cache(data_cache_dir):
   """Identical computations across tests compile once (persistent XLA cache, one
   folder per `compile_cache_key`), in this process and in the sweeps and jobs the
   tests start (they inherit the variable; $NAR_MARKOV_JAX_CACHE set beforehand wins)."""
-  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top
   os.environ.setdefault("NAR_MARKOV_JAX_CACHE",
                         str(data_cache_dir / "jax" / compile_cache_key()))
   learner.setup_compilation_cache(os.environ["NAR_MARKOV_JAX_CACHE"])
@@ -168,7 +168,7 @@ def _traced_code() -> tuple:
   part of the reuse key, so that a learner traced with one of them patched is never
   handed to a test without the patch, nor the other way round."""
   from clrs._src import decoders, encoders, nets  # pylint: disable=g-import-not-at-top
-  from nar_markov import model as model_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import model as model_lib  # pylint: disable=g-import-not-at-top
   return (model_lib.compute_losses, decoders.log_sinkhorn, encoders.preprocess,
           nets.Net._one_step_pred)  # pylint: disable=protected-access
 
@@ -192,7 +192,7 @@ def reused_learners():
   gives the same executable.  A test that patches code a learner traces must not run
   inside, unless what it patches is in `_traced_code` (then the patched and the real
   learners are different keys)."""
-  from nar_markov import learner  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import learner  # pylint: disable=g-import-not-at-top
   real_learner, real_optimizer = learner.Learner, learner.make_optimizer
   real_vmapped, real_summed = learner.make_vmapped_train_step, learner.make_summed_train_step
 
@@ -301,9 +301,9 @@ MULTITASK_SETTINGS = dict(SMOKE_SETTINGS, train_steps=10000, batch_size=32, hidd
 
 def write_run_files(folder) -> None:
   """What a finished run keeps beside its result.json, so that it counts as done
-  (nar_markov.runs.run_file_problems): a config.gin and a (tiny) params.npz."""
+  (nar_markov.store.runs.run_file_problems): a config.gin and a (tiny) params.npz."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from nar_markov import params_io  # pylint: disable=g-import-not-at-top
+  from nar_markov.store import params_io  # pylint: disable=g-import-not-at-top
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   (folder / "config.gin").write_text("# the run's gin (a test stand-in)\n")

@@ -5,9 +5,9 @@ import contextlib
 import dataclasses
 from typing import Any, Dict, List
 
-from nar_markov import experiment
-from nar_markov import runspec
-from nar_markov.netconfig import NetConfig
+from nar_markov.training import experiment
+from nar_markov.config import runspec
+from nar_markov.config.netconfig import NetConfig
 
 NET_FIELDS = {f.name for f in dataclasses.fields(NetConfig)}
 PROTOCOL_FIELDS = {f.name for f in dataclasses.fields(runspec.Protocol)}
@@ -41,7 +41,7 @@ def run(stop_after_steps=None, **flat):
 @contextlib.contextmanager
 def stopped_after(steps: int):
   """Training loops started inside stop after `steps` steps (or at their end)."""
-  from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax)
+  from nar_markov.training import train  # pylint: disable=g-import-not-at-top  (jax)
   # pylint: disable=protected-access
   end = train._Job.stop_at
   train._Job.stop_at = lambda job, step: min(end(job, step), step + int(steps))

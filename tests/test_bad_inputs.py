@@ -8,9 +8,9 @@ import pytest
 
 from launch import cluster
 from launch import sweep
-from nar_markov import evaluate
-from nar_markov import netconfig
-from nar_markov import runspec
+from nar_markov.probes import evaluate
+from nar_markov.config import netconfig
+from nar_markov.config import runspec
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 BFS = ["--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]"]
@@ -117,7 +117,7 @@ def test_evaluate_on_a_committed_run_says_to_replay_it_on_its_cpu_kind(capsys):
   assert e.value.code == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1, err
-  assert f"python -m nar_markov.replay {run} --results <folder>" in err
+  assert f"python -m nar_markov.tools.replay {run} --results <folder>" in err
   assert ("a bit-exact replay needs the CPU kind that trained it (result.json "
           "device.host_cpu: AMD EPYC, SIMD sse4_2/avx/avx2/fma/avx512f/avx512_bf16)") in err
 
@@ -129,7 +129,7 @@ def _history_of(cfg):
   import haiku as hk  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from nar_markov import model  # pylint: disable=g-import-not-at-top
+  from nar_markov.nets import model  # pylint: disable=g-import-not-at-top
 
   class Probe(hk.Module):
     """Net's own `_history` on a module holding only the config."""
@@ -157,7 +157,7 @@ def test_a_registered_policy_without_its_branch_is_an_error_not_the_gated_net(mo
   monkeypatch.setattr(netconfig, "HISTORY_POLICIES", netconfig.HISTORY_POLICIES + ("noisy",))
   cfg = netconfig.NetConfig(hidden_size=4, history="noisy")
   with pytest.raises(ValueError, match="NetConfig.history 'noisy' has no branch in "
-                     r"nar_markov/model.py Net._history"):
+                     r"nar_markov/nets/model.py Net._history"):
     _history_of(cfg)
 
 

@@ -12,8 +12,8 @@ from benchmarks import ab_variants
 from benchmarks import bench
 from benchmarks import bench_seeds
 from benchmarks import common
-from nar_markov import data
-from nar_markov import devices
+from nar_markov.data import pipeline as data
+from nar_markov.training import devices
 
 
 def _arrays(feedback):
@@ -213,7 +213,7 @@ def test_report_on_disk_is_resumed(tmp_path, monkeypatch):
 def test_eval_batches_are_counted_as_the_loops_run_them():
   """The batch counts that scale one timed batch to a run: ours as
   learner.evaluate_split splits a split, dm-clrs in run.py's batches of 32."""
-  from nar_markov import learner
+  from nar_markov.nets import learner
   calls = []
 
   class Recorder:

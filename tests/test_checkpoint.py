@@ -1,12 +1,12 @@
-"""A seed's typed state and its checkpoint file (nar_markov/checkpoint.py): the dict on disk
+"""A seed's typed state and its checkpoint file (nar_markov/state/checkpoint.py): the dict on disk
 keeps the keys every checkpoint of the one loop has had, so checkpoints resume across
 versions both ways; older ones read as today's; another format is refused and kept."""
 
 import numpy as np
 import pytest
 
-from nar_markov import checkpoint
-from nar_markov import runs
+from nar_markov.state import checkpoint
+from nar_markov.store import runs
 
 # The keys a checkpoint of the one loop has always held (what an older version reads).
 ON_DISK = {"format", "algorithms", "step", "best_val", "best_step", "best_params", "best_scores",

@@ -100,7 +100,7 @@ def test_dry_run_prints_the_estimate(tmp_path, capsys):
 
 
 def test_calibration_stage_estimate():
-  from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top
   settings = {"train_steps": 10_000, "schedule_steps": None, "hidden_size": 128,
               "batch_size": 32, "train_lengths": [4, 7, 11, 13, 16], "eval_every_steps": 50}
   one = cost.estimate_run("bfs", dict(settings, train_steps=6000))["total_s"] / 3600

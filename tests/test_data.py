@@ -11,7 +11,7 @@ import gin
 import numpy as np
 import pytest
 
-from nar_markov import data
+from nar_markov.data import pipeline as data
 
 
 def _points(feedback):
@@ -80,7 +80,7 @@ def test_unknown_algorithm_lists_the_30_valid_names(cache):
 
 def test_cli_unknown_algorithm_exits_nonzero_listing_names(tmp_path):
   proc = subprocess.run(
-      [sys.executable, "-m", "nar_markov.data", "--algorithm", "bogus",
+      [sys.executable, "-m", "nar_markov.data.pipeline", "--algorithm", "bogus",
        "--split", "test", "--cache-dir", str(tmp_path)],
       capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode != 0
@@ -475,7 +475,7 @@ def test_string_matcher_too_small_is_a_clear_error():
 
 
 def test_clrs30_facts_without_clrs_are_clrs_s():
-  """nar_markov.clrs30 (imported by the launcher, no clrs) agrees with dm-clrs."""
+  """nar_markov.config.clrs30 (imported by the launcher, no clrs) agrees with dm-clrs."""
   import clrs  # pylint: disable=g-import-not-at-top
-  from nar_markov import clrs30  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import clrs30  # pylint: disable=g-import-not-at-top
   assert clrs30.ALGORITHMS == tuple(clrs.specs.CLRS_30_ALGS) == data.ALGORITHMS

@@ -1,4 +1,4 @@
-"""result.json's `device` says which backend a job got (nar_markov/devices.py)."""
+"""result.json's `device` says which backend a job got (nar_markov/training/devices.py)."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import jax
 import pytest
 
-from nar_markov import devices
+from nar_markov.training import devices
 
 
 def test_describe_backend_names_the_backend_jax_uses():

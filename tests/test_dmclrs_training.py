@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nar_markov import data
-from nar_markov import model as model_lib
-from nar_markov import learner
+from nar_markov.data import pipeline as data
+from nar_markov.nets import model as model_lib
+from nar_markov.nets import learner
 
 HIDDEN = 16
 NB_TRIPLET_FTS = 4

@@ -10,7 +10,7 @@ import sys
 import gin
 import pytest
 
-from nar_markov import config as config_lib
+from nar_markov.config import gin_files as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"),

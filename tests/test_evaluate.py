@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from nar_markov import params_io
+from nar_markov.store import params_io
 
 import flat
 
@@ -78,7 +78,7 @@ def test_loading_refuses_pickle_and_foreign_files(tmp_path):
 
 
 def test_params_io_imports_no_jax():
-  code = ("import sys, nar_markov.params_io; "
+  code = ("import sys, nar_markov.store.params_io; "
           "bad = [m for m in ('jax', 'haiku', 'clrs') if m in sys.modules]; assert not bad, bad")
   subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -89,9 +89,9 @@ def test_params_io_imports_no_jax():
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory, data_cache_dir):
   """A freshly initialised tiny G-ForgetNet on bfs, saved as a run folder would be."""
-  from nar_markov import data
-  from nar_markov import model as model_lib
-  from nar_markov import learner
+  from nar_markov.data import pipeline as data
+  from nar_markov.nets import model as model_lib
+  from nar_markov.nets import learner
 
   val = data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir))
   nb_dims = model_lib.nb_dims_of(val)
@@ -114,9 +114,9 @@ def saved_run(tmp_path_factory, data_cache_dir):
 
 
 def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
-  from nar_markov import data
-  from nar_markov import evaluate
-  from nar_markov import learner
+  from nar_markov.data import pipeline as data
+  from nar_markov.probes import evaluate
+  from nar_markov.nets import learner
 
   run_dir, net, params = saved_run
   test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
@@ -142,8 +142,8 @@ def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
 
 
 def test_cli_scores_fresh_graphs_of_other_sizes(saved_run, tmp_path, capsys):
-  from nar_markov import evaluate
-  from nar_markov import learner
+  from nar_markov.probes import evaluate
+  from nar_markov.nets import learner
 
   run_dir, net, params = saved_run
   out_json = tmp_path / "scores.json"
@@ -163,7 +163,7 @@ def test_cli_scores_fresh_graphs_of_other_sizes(saved_run, tmp_path, capsys):
 def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
   """train.py saves `<run>/params.npz` (state['best_params']); scoring it again gives the
   run's own test_score: the kept model is the tested one."""
-  from nar_markov import evaluate
+  from nar_markov.probes import evaluate
 
   result = flat.run(
       algorithm=ALGORITHM, seed=0, model="gforget", results_dir=str(tmp_path),
@@ -179,10 +179,10 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
 
 def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_dir):
   """Saved with meta['algorithms'] (the algorithm_index order) and nb_dims per algorithm."""
-  from nar_markov import data
-  from nar_markov import evaluate
-  from nar_markov import model as model_lib
-  from nar_markov import learner
+  from nar_markov.data import pipeline as data
+  from nar_markov.probes import evaluate
+  from nar_markov.nets import model as model_lib
+  from nar_markov.nets import learner
 
   algorithms = [ALGORITHM, "minimum"]
   vals = [data.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]
@@ -213,8 +213,8 @@ def test_hint_accuracy_per_step_is_the_pointer_argmax_match(saved_run, data_cach
   reach t -- computed here by hand for bfs's pointer hint pi_h; and the same in one batch
   as in padded batches of 3."""
   import jax
-  from nar_markov import data
-  from nar_markov import evaluate
+  from nar_markov.data import pipeline as data
+  from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
   val = data.take_samples(data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir)),
@@ -257,8 +257,8 @@ def _at_bias_extremes(stats_fn, net, params, module, feedback):
 def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache_dir):
   """--update-gate intercepts dm-clrs's gate3 (the processor's last Linear): pushing its
   bias far down closes every u, far up opens every u; other Linears' biases would not."""
-  from nar_markov import data
-  from nar_markov import evaluate
+  from nar_markov.data import pipeline as data
+  from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
   test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
@@ -275,8 +275,8 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   own gate norm (NetOutput.history_norm, the paper's Fig. 5 quantity); the gate's last bias far
   down shuts it (nothing passes), far up opens it (all of h(t-1) passes)."""
   import jax
-  from nar_markov import data
-  from nar_markov import evaluate
+  from nar_markov.data import pipeline as data
+  from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
   test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
@@ -299,7 +299,7 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   assert wide["gated_norm"] == pytest.approx(wide["history_norm"], rel=1e-5)
   # Refused, by name, for a model without the gate: in the function and, before any
   # scoring, on the command line.
-  from nar_markov import learner
+  from nar_markov.nets import learner
   ungated = learner.Learner(net.specs, net.nb_dims,
                         dataclasses.replace(net.config, history="full"), net.optimizer)
   with pytest.raises(ValueError, match="history-gate is for the gated history"):
@@ -317,7 +317,7 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
 
 def test_a_truncated_params_file_is_one_line(saved_run, tmp_path, capsys):
   """Was: a zipfile.BadZipFile traceback."""
-  from nar_markov import evaluate
+  from nar_markov.probes import evaluate
 
   run_dir, _, _ = saved_run
   cut_dir = tmp_path / "gforget" / ALGORITHM / "seed5"
@@ -337,8 +337,8 @@ def test_a_truncated_params_file_is_one_line(saved_run, tmp_path, capsys):
 def test_evaluate_says_what_it_scored_and_how_the_run_was_tested(saved_run, tmp_path, capsys):
   """Without --max-samples the whole split is scored; a run tested on fewer samples
   (Protocol.test_max_samples) has a test_score that this does not reproduce."""
-  from nar_markov import data
-  from nar_markov import evaluate
+  from nar_markov.data import pipeline as data
+  from nar_markov.probes import evaluate
 
   run_dir, _, _ = saved_run
   tested = tmp_path / "gforget" / ALGORITHM / "seed5"

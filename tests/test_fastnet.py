@@ -1,4 +1,4 @@
-"""The fast path (nar_markov.fastnet) computes the reference net's function.
+"""The fast path (nar_markov.nets.fastnet) computes the reference net's function.
 
 The fast net's correctness guard: on tiny configs, `NetConfig(impl='fast')` and
 `impl='reference'` (dm-clrs's modules as they are) give the same losses,
@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nar_markov import data
-from nar_markov import fastnet
-from nar_markov import model as model_lib
-from nar_markov import learner
+from nar_markov.data import pipeline as data
+from nar_markov.nets import fastnet
+from nar_markov.nets import model as model_lib
+from nar_markov.nets import learner
 
 HIDDEN = 8
 

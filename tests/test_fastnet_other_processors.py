@@ -6,8 +6,8 @@ on one worker while test_fastnet.py runs on the other."""
 
 import pytest
 
-from nar_markov import data
-from nar_markov import model as model_lib
+from nar_markov.data import pipeline as data
+from nar_markov.nets import model as model_lib
 
 import test_fastnet
 

@@ -22,11 +22,11 @@ import sys
 
 import pytest
 
-from nar_markov import calibrate
-from nar_markov import config
-from nar_markov import devices
-from nar_markov import runspec
-from nar_markov.netconfig import NetConfig
+from nar_markov.training import calibrate
+from nar_markov.config import gin_files as config
+from nar_markov.training import devices
+from nar_markov.config import runspec
+from nar_markov.config.netconfig import NetConfig
 
 import flat
 
@@ -56,7 +56,7 @@ NOT_NUMBERS = ("wall_time_s", "train_time_s", "eval_time_s", "steps_per_s", "ver
 # Recorded since the golden files were written, beside their numbers: the test score of
 # each selection rule, and in "settings" the fields that done-ness compares since.
 ADDED = {"selection"}
-# And in "device": XLA:CPU's thread count (nar_markov/devices.py), 2 for every golden file.
+# And in "device": XLA:CPU's thread count (nar_markov/training/devices.py), 2 for every golden file.
 # These tiny runs gave the same bits with 1 and 4 (too little work to split); a protocol-size
 # step does not.
 DEVICE_ADDED = {"xla_cpu_threads"}
@@ -197,7 +197,7 @@ def test_the_sets_of_two_cpu_kinds_agree_within_the_tolerance():
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_a_tiny_run_gives_its_golden_numbers(name, tmp_path, monkeypatch, data_cache_dir):
   here = devices.describe_host_cpu()["simd"]
-  # nar_markov/devices.py: XLA compiles for the CPU's extensions; other rounding, and
+  # nar_markov/training/devices.py: XLA compiles for the CPU's extensions; other rounding, and
   # after a few steps another trajectory: the set of another kind, to a tolerance.
   golden, rtol = golden_set_for(here)
   want = json.loads((golden / f"{name}.json").read_text())

@@ -16,9 +16,9 @@ from clrs._src import encoders
 from clrs._src import nets
 from clrs._src import processors
 
-from nar_markov import data
-from nar_markov import model as model_lib
-from nar_markov import learner
+from nar_markov.data import pipeline as data
+from nar_markov.nets import model as model_lib
+from nar_markov.nets import learner
 
 HIDDEN = 8
 NB_NODES = 5

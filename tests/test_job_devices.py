@@ -15,8 +15,8 @@ import pytest
 from launch import submit
 from launch.plan import UsageError
 from launch import cluster
-from nar_markov import config as config_lib
-from nar_markov import devices
+from nar_markov.config import gin_files as config_lib
+from nar_markov.training import devices
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMOKE = ["--gin", "gin/forget.gin", "--gin", "gin/smoke.gin",

@@ -9,9 +9,9 @@ import sys
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("nar_markov", "launch", "analysis", "benchmarks")
 # What a run is and a seed's state: the launcher's planning and --status read them.
-JAX_FREE = ("nar_markov.runspec", "nar_markov.runs", "nar_markov.lambda_heuristic",
-            "nar_markov.checkpoint", "nar_markov.selection", "nar_markov.lambda_schedule",
-            "nar_markov.netconfig", "nar_markov.clrs30", "nar_markov.config", "nar_markov.util")
+JAX_FREE = ("nar_markov.config.runspec", "nar_markov.store.runs", "nar_markov.config.lambda_heuristic",
+            "nar_markov.state.checkpoint", "nar_markov.state.selection", "nar_markov.state.lambda_schedule",
+            "nar_markov.config.netconfig", "nar_markov.config.clrs30", "nar_markov.config.gin_files", "nar_markov.store.util")
 HEAVY = ("jax", "jaxlib", "haiku", "clrs", "tensorflow", "optax")
 
 
@@ -77,7 +77,7 @@ def _imports() -> dict:
 
 def test_no_import_circle():
   graph = _imports()
-  assert "nar_markov.runspec" in graph["nar_markov.train"]
+  assert "nar_markov.config.runspec" in graph["nar_markov.training.train"]
   done, path = set(), []
 
   def visit(module):

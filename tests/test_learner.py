@@ -4,9 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from nar_markov import data
-from nar_markov import learner
-from nar_markov import model as model_lib
+from nar_markov.data import pipeline as data
+from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 
 
 def test_compiler_options_split_the_scratch_on_cpu_only():

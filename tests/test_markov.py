@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from nar_markov import evaluate
-from nar_markov import params_io
-from nar_markov import runs
+from nar_markov.probes import evaluate
+from nar_markov.store import params_io
+from nar_markov.store import runs
 
 import flat
 
@@ -24,9 +24,9 @@ def _cache(monkeypatch, data_cache_dir):
 
 
 def _net(history, cache_dir, hidden=8):
-  from nar_markov import data
-  from nar_markov import learner
-  from nar_markov import model as model_lib
+  from nar_markov.data import pipeline as data
+  from nar_markov.nets import learner
+  from nar_markov.nets import model as model_lib
 
   val = data.load_split(ALGORITHM, "val", cache_dir=str(cache_dir))
   config = model_lib.NetConfig(hidden_size=hidden, nb_triplet_fts=4, history=history)
@@ -36,7 +36,7 @@ def _net(history, cache_dir, hidden=8):
 
 def _params(net, cache_dir, seed=5):
   """Initial parameters, perturbed: no initialisation evaluate could redo by itself."""
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
 
   val = data.load_split(ALGORITHM, "val", cache_dir=str(cache_dir))
   params, _ = net.init_state(seed, [next(iter(data.eval_batches(val, 8)))[0].features])
@@ -46,14 +46,14 @@ def _params(net, cache_dir, seed=5):
 
 
 def _test_split(cache_dir):
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
   return data.load_split(ALGORITHM, "test", cache_dir=str(cache_dir))
 
 
 def _saved_run(root, model, net, params, cache_dir, step=TESTED_STEP):
   """A run folder as train.py leaves one: params.npz of the tested `step`, and result.json
   whose test_score is that checkpoint's on the first SAMPLES test samples."""
-  from nar_markov import learner
+  from nar_markov.nets import learner
 
   score = learner.evaluate_split(net, params, _test_split(cache_dir), 0, SAMPLES,
                                  with_hints=False, max_samples=SAMPLES)["score"]
@@ -71,7 +71,7 @@ def _saved_run(root, model, net, params, cache_dir, step=TESTED_STEP):
 
 
 def _measure(net, params, cache_dir, split="test"):
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
   zeroed = evaluate.build_model([ALGORITHM], evaluate.zeroed_config(
       dataclasses.asdict(net.config)), cache_dir=str(cache_dir))
   feedback = data.load_split(ALGORITHM, split, cache_dir=str(cache_dir))
@@ -95,7 +95,7 @@ def test_zeroing_is_forgetnets_forward_pass_on_the_same_weights(data_cache_dir):
   """The zeroed net of a G-ForgetNet is ForgetNet's forward pass (Eq. 3) on its weights: the
   same predictions as a ForgetNet built by hand and given the weights without the gate (the
   gate goes unused). The baseline's own predictions change when its history is zeroed."""
-  from nar_markov import learner
+  from nar_markov.nets import learner
 
   test = _test_split(data_cache_dir)
   for history in ("gated", "full"):
@@ -123,7 +123,7 @@ def test_gate_norm_is_at_the_checkpoint_on_the_split_asked_for(data_cache_dir):
   1 <= t < length - 1 of each trajectory, then over samples -- from the net's per-step norm on
   the split scored, masked here by hand; another split, or other parameters, read otherwise."""
   import jax
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
 
   net = _net("gated", data_cache_dir)
   params = _params(net, data_cache_dir)

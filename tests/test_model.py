@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nar_markov import model as model_lib
-from nar_markov import learner
+from nar_markov.nets import model as model_lib
+from nar_markov.nets import learner
 
 HIDDEN = 16
 NB_NODES = 5
@@ -153,7 +153,7 @@ def test_baseline_is_dm_clrs_net(algorithm, impl):
   permutation decoders, the same training loss: to the last bit with dm-clrs's
   modules, to round-off on the fast path)."""
   import tempfile
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
   stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=(NB_NODES,))
   feedback = next(stream)
   clrs_model = clrs.models.BaselineModel(

@@ -17,12 +17,12 @@ import pytest
 from launch import cluster
 from launch import jobs as jobs_lib
 from launch import sweep
-from nar_markov import data
-from nar_markov import experiment
-from nar_markov import model as model_lib
-from nar_markov import learner
-from nar_markov import util
-from nar_markov import runs as runs_lib
+from nar_markov.data import pipeline as data
+from nar_markov.training import experiment
+from nar_markov.nets import model as model_lib
+from nar_markov.nets import learner
+from nar_markov.store import util
+from nar_markov.store import runs as runs_lib
 
 import conftest
 import flat
@@ -169,7 +169,7 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   d0.mkdir(parents=True)
   done = json.loads(json.dumps(util.jsonable(dict(separate[0], marker=1))))
   (d0 / "result.json").write_text(json.dumps(done))
-  conftest.write_run_files(d0)  # done: replayable and re-scorable (nar_markov.runs)
+  conftest.write_run_files(d0)  # done: replayable and re-scorable (nar_markov.store.runs)
   results = flat.run(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
                                  **TINY)
   assert results[0] == done

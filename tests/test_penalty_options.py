@@ -5,10 +5,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from nar_markov import lambda_heuristic
-from nar_markov import runs
-from nar_markov import runspec
-from nar_markov.netconfig import NetConfig
+from nar_markov.config import lambda_heuristic
+from nar_markov.store import runs
+from nar_markov.config import runspec
+from nar_markov.config.netconfig import NetConfig
 
 import flat
 
@@ -88,8 +88,8 @@ def test_gate_penalty_masks_each_trajectory_by_its_own_length(mixed_lengths, imp
   each sample's own steps t < length - 1, of sum_i ||g_i(t)||. A mask by the batch's longest
   trajectory averages other steps in and gives another number (checked below)."""
   import jax
-  from nar_markov import learner
-  from nar_markov import model as model_lib
+  from nar_markov.nets import learner
+  from nar_markov.nets import model as model_lib
 
   spec, feedback = mixed_lengths
   config = NetConfig(hidden_size=GATE_HIDDEN, nb_triplet_fts=4, history="gated", impl=impl)

@@ -28,8 +28,8 @@ def _run(args, tmp_path):
     ["launch/sweep.py", "--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
      "--dry-run", "--cluster", "local", "--results", "{tmp}/results"],
     ["launch/sweep.py", "--status", "--results", str(ANALYSIS_RESULTS)],
-    ["-m", "nar_markov.data", "--algorithm", "bfs", "--split", "train"],
-    ["-m", "nar_markov.calibrate", "--help"],
+    ["-m", "nar_markov.data.pipeline", "--algorithm", "bfs", "--split", "train"],
+    ["-m", "nar_markov.training.calibrate", "--help"],
     ["benchmarks/bench.py", "--algorithms", "no_such_algorithm"],
     ["benchmarks/bench_seeds.py", "--algorithm", "no_such_algorithm"],
     ["analysis/make_tables.py", "--results", str(ANALYSIS_RESULTS),
@@ -48,7 +48,7 @@ def test_entry_points_print_no_start_up_banners(args, tmp_path):
 
 
 def test_verbose_flag_shows_library_messages(tmp_path):
-  proc = _run(["-m", "nar_markov.data", "--algorithm", "bfs", "--split", "train", "-v"],
+  proc = _run(["-m", "nar_markov.data.pipeline", "--algorithm", "bfs", "--split", "train", "-v"],
               tmp_path)
   assert proc.returncode == 0, proc.stderr
   # dm-clrs's absl warning, dropped without -v (test above).

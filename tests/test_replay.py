@@ -1,6 +1,6 @@
 """Every committed result replays from its own folder: its config.gin parses with today's code
 and gives its result's run, its result names no absolute path, and a replayed run scores
-the same (nar_markov/replay.py, nar_markov/migrate_results.py, nar_markov/provenance.py)."""
+the same (nar_markov/tools/replay.py, scripts/migrate_results.py, nar_markov/config/provenance.py)."""
 
 import dataclasses
 import json
@@ -9,15 +9,15 @@ import pathlib
 import gin
 import pytest
 
-from nar_markov import calibrate
-from nar_markov import config
-from nar_markov import experiment
-from nar_markov import lambda_heuristic
-from nar_markov import migrate_results
-from nar_markov import provenance
-from nar_markov import replay
-from nar_markov import runs
-from nar_markov import runspec
+from nar_markov.training import calibrate
+from nar_markov.config import gin_files as config
+from nar_markov.training import experiment
+from nar_markov.config import lambda_heuristic
+from scripts import migrate_results
+from nar_markov.config import provenance
+from nar_markov.tools import replay
+from nar_markov.store import runs
+from nar_markov.config import runspec
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = [p.parent for p in runs.result_files(REPO / "results")]
@@ -129,7 +129,7 @@ def test_committed_config_gin_import_todays_modules():
 
 
 def test_a_moved_module_is_imported_from_its_new_home():
-  text = ("import nar_markov.cluster\nimport nar_markov.experiment as nar_markov2\n\n"
+  text = ("import nar_markov.cluster\nimport nar_markov.training.experiment as nar_markov2\n\n"
           "slurm_resources.cpus_per_task = 2\nrun_experiment.model = 'forget'\n")
   out = migrate_results.migrate_config(text, None)
   assert out == text.replace("import nar_markov.cluster", "import launch.cluster")

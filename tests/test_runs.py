@@ -1,4 +1,4 @@
-"""Results that cannot be wrong, lost or trained twice (nar_markov.runs).
+"""Results that cannot be wrong, lost or trained twice (nar_markov.store.runs).
 
   * done means verified: a result.json counts only when it reads back with the
     schema, a final status and the sweep's settings; --status, --dry-run, the
@@ -26,10 +26,10 @@ from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import submit
 from launch import sweep
-from nar_markov import checkpoint
-from nar_markov import config
-from nar_markov import runs
-from nar_markov import runspec
+from nar_markov.state import checkpoint
+from nar_markov.config import gin_files as config
+from nar_markov.store import runs
+from nar_markov.config import runspec
 
 import flat
 
@@ -224,7 +224,7 @@ def test_replaying_an_empty_config_gin_says_so_in_one_line(write_result, tmp_pat
   write_result(results, "baseline", "bfs", 0)
   folder = _result_path(results).parent
   (folder / runs.CONFIG_NAME).write_text("\n")
-  proc = subprocess.run([sys.executable, "-m", "nar_markov.replay", str(folder), "--results",
+  proc = subprocess.run([sys.executable, "-m", "nar_markov.tools.replay", str(folder), "--results",
                          str(tmp_path / "again"), "--dry-run"], capture_output=True, text=True,
                         cwd=REPO_ROOT, timeout=300, check=False)
   assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -270,7 +270,7 @@ def test_a_run_being_trained_is_not_trained_again(tmp_path, cache):
     # Another process, too (flock is per open file, not per process).
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(f"""\
-            from nar_markov import runs
+            from nar_markov.store import runs
             try:
               with runs.run_lock({str(run_folder)!r}):
                 print("acquired")

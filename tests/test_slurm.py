@@ -27,7 +27,7 @@ import sys
 import time
 
 import pytest
-from nar_markov import runs as runs_lib
+from nar_markov.store import runs as runs_lib
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -259,7 +259,7 @@ def _hold_once(path):
 
 class _PatchCheckpoint(importlib.abc.MetaPathFinder):
   def find_spec(self, name, path, target=None):
-    if name != "nar_markov.checkpoint":
+    if name != "nar_markov.state.checkpoint":
       return None
     spec = importlib.machinery.PathFinder.find_spec(name, path)
     exec_module = spec.loader.exec_module

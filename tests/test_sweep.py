@@ -24,8 +24,8 @@ from launch import cluster
 from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
-from nar_markov import experiment
-from nar_markov import runs as runs_lib
+from nar_markov.training import experiment
+from nar_markov.store import runs as runs_lib
 
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
 
@@ -76,7 +76,7 @@ def test_slurm_resources_come_from_gin(tmp_path):
 
 
 def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypatch, tmp_path):
-  from nar_markov import calibrate  # pylint: disable=g-import-not-at-top
+  from nar_markov.training import calibrate  # pylint: disable=g-import-not-at-top
   gin_file, results = str(REPO_ROOT / "gin/gforget.gin"), str(tmp_path / "results")
   calib = cluster.Calibration("bfs", "schedule", (gin_file,), ("SEEDS=[0]",), results)
   job, kwargs = calib.job_call()
@@ -486,8 +486,8 @@ def test_status_of_a_missing_results_dir_is_an_error(tmp_path, capsys):
 # -- the launcher's planning imports no jax --------------------------------------------
 
 
-HEAVY = ("jax", "jaxlib", "haiku", "clrs", "tensorflow", "optax", "nar_markov.train",
-         "nar_markov.data", "nar_markov.model")
+HEAVY = ("jax", "jaxlib", "haiku", "clrs", "tensorflow", "optax", "nar_markov.training.train",
+         "nar_markov.data.pipeline", "nar_markov.nets.model")
 
 
 @pytest.mark.parametrize("args", [
@@ -714,8 +714,8 @@ def test_an_unwritable_data_cache_without_the_test_splits_is_refused(tmp_path, f
 
 def test_the_sweep_looks_for_the_test_splits_where_the_jobs_make_them(tmp_path, monkeypatch):
   from launch import plan as plan_lib  # pylint: disable=g-import-not-at-top
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nar_markov import data  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov.data import pipeline as data  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv("NAR_MARKOV_CACHE", raising=False)
   assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
   config_lib.parse_gin(["gin/baseline.gin"], [f"cache_dir.path = '{tmp_path / 'gin'}'"])

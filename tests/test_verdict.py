@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis import verdict
-from nar_markov import runs
+from nar_markov.store import runs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

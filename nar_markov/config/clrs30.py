@@ -1,7 +1,7 @@
 """CLRS-30's names, train sizes and validation modes, and where generated data are cached -- without importing clrs.
 
 The launcher, ``--status``, ``--dry-run`` and the analysis need these facts but not jax,
-haiku, clrs or TensorFlow; nar_markov.data (which samples with clrs) takes them from here,
+haiku, clrs or TensorFlow; nar_markov.data.pipeline (which samples with clrs) takes them from here,
 and tests/test_data.py checks them against clrs 2.0.3.
 """
 
@@ -13,7 +13,7 @@ from typing import Optional, Sequence, Tuple
 import gin
 
 # Hint-trajectory lengths per algorithm and size, measured on dm-clrs's samplers
-# (package data): nar_markov.data's bounds, the launcher's cost estimate.
+# (package data): nar_markov.data.pipeline's bounds, the launcher's cost estimate.
 TRAJECTORY_LENGTHS_FILE = pathlib.Path(__file__).resolve().parent / "clrs30_trajectory_lengths.json"
 
 # clrs.specs.CLRS_30_ALGS, in its order.
@@ -30,7 +30,7 @@ STRING_MATCHERS = ("naive_string_matcher", "kmp_matcher")
 # run.py's --length_needle default: needle length uniform in 1..8 (train only).
 TRAIN_LENGTH_NEEDLE = -8
 MIN_STRING_MATCHER_NODES = 2 * abs(TRAIN_LENGTH_NEEDLE) + 1
-# How validation samples are drawn (nar_markov.data.ValidationPool): 'resample' as
+# How validation samples are drawn (nar_markov.data.pipeline.ValidationPool): 'resample' as
 # run.py (fresh draws with replacement at every evaluation), 'fixed' the same each time.
 VALIDATION_MODES = ("resample", "fixed")
 

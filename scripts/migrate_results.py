@@ -7,7 +7,7 @@ Owns these rewrites of a run folder, each idempotent:
   ``GatePenalty.lambda_gate``); the net's history and the gate penalty, which the model
   label implied then (runspec.PAPER_LABELS), are bound; the modules gin/base.gin
   imports are imported.  A λ calibration run (label ``calibrate``) was written with the
-  sweep's gin, over which nar_markov/calibrate.py gave its own label, length and λ:
+  sweep's gin, over which nar_markov/training/calibrate.py gave its own label, length and λ:
   those are appended from its result.json, as today's runs write them
   (experiment.run_gin).  Values are copied as they are written.
 * ``config.gin``, again: the launcher's module moved out of the library
@@ -24,12 +24,12 @@ Owns these rewrites of a run folder, each idempotent:
   a record outside the result names it -- ``--trained-from COMMIT --evidence TEXT`` -- else
   a line saying that it cannot be recovered).
 
-Then each folder is checked as nar_markov.replay does (`replay.check_folder`).
+Then each folder is checked as nar_markov.tools.replay does (`replay.check_folder`).
 
 CLI:
-  python -m nar_markov.migrate_results results/          # rewrite, then check
-  python -m nar_markov.migrate_results results/ --check  # only check
-  python -m nar_markov.migrate_results results/pilot --trained-from 1482029 \
+  python scripts/migrate_results.py results/          # rewrite, then check
+  python scripts/migrate_results.py results/ --check  # only check
+  python scripts/migrate_results.py results/pilot --trained-from 1482029 \
       --evidence "commit 048d68a: the pilot is running from the frozen tree at 1482029"
 """
 
@@ -44,15 +44,15 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from nar_markov import lambda_heuristic
-from nar_markov import replay
-from nar_markov import runs
-from nar_markov import runspec
-from nar_markov.netconfig import NetConfig
+from nar_markov.config import lambda_heuristic
+from nar_markov.tools import replay
+from nar_markov.store import runs
+from nar_markov.config import runspec
+from nar_markov.config.netconfig import NetConfig
 
 # What gin/base.gin imports: the configurables a config.gin binds.
-IMPORTS = ("import launch.cluster", "import nar_markov.experiment",
-           "import nar_markov.lambda_heuristic", "import nar_markov.netconfig")
+IMPORTS = ("import launch.cluster", "import nar_markov.training.experiment",
+           "import nar_markov.config.lambda_heuristic", "import nar_markov.config.netconfig")
 # Modules a config.gin imported that have moved since: old -> new.
 MOVED_MODULES = {"nar_markov.cluster": "launch.cluster"}
 _IMPORT = re.compile(r"^import (" + "|".join(re.escape(m) for m in MOVED_MODULES) + r")\b", re.M)
@@ -111,11 +111,11 @@ def migrate_imports(text: str) -> str:
 
 
 def calibration_overrides(result: Mapping[str, Any]) -> str:
-  """What nar_markov/calibrate.py gave a calibration run over the sweep's gin (its
+  """What nar_markov/training/calibrate.py gave a calibration run over the sweep's gin (its
   label, the gated net, the calibration length on the same horizon, λ from step 0), as
   gin, from the run's result.json."""
   s = result["settings"]
-  return ("\n# Given by nar_markov/calibrate.py over the sweep's gin above (from this "
+  return ("\n# Given by nar_markov/training/calibrate.py over the sweep's gin above (from this "
           "run's result.json):\n"
           f"run_experiment.model = {result['model']!r}\n"
           "NetConfig.history = 'gated'\n"
@@ -161,7 +161,7 @@ def migrate_result_paths(text: str) -> str:
   return out
 
 
-SELECTION_RULES = ("first_best", "last_best", "final")  # = nar_markov.train's (jax there)
+SELECTION_RULES = ("first_best", "last_best", "final")  # = nar_markov.training.train's (jax there)
 SELECTION_RECOVERED = ("recovered from curves.val by nar_markov.migrate_results (the result "
                        "predates selection): each rule's step; a test score only where the "
                        "step is the tested one, the other steps' parameters were not kept")
@@ -313,7 +313,7 @@ def check_folders(root) -> Dict[pathlib.Path, str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m nar_markov.migrate_results",
+  parser = argparse.ArgumentParser(prog="python scripts/migrate_results.py",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("root", help="a results folder (all run folders under it)")
   parser.add_argument("--check", action="store_true", help="only check, rewrite nothing")

@@ -1,10 +1,10 @@
 """Score a saved model (`<run>/params.npz`) on a split or on fresh graphs of other sizes.
 
-    python -m nar_markov.evaluate RUN_DIR [--split test|val] [--nodes 64,128]
+    python -m nar_markov.probes.evaluate RUN_DIR [--split test|val] [--nodes 64,128]
         [--max-samples N] [--batch-size B] [--sample-seed S] [--algorithm ALG] [--json OUT]
         [--hints] [--update-gate] [--history-gate] [--markov]
 
-RUN_DIR holds `params.npz` (nar_markov.params_io: best-validation parameters, net config,
+RUN_DIR holds `params.npz` (nar_markov.store.params_io: best-validation parameters, net config,
 metadata) and the run's `result.json` (algorithm, model, seed). A multi-task model's metadata
 lists its `algorithms` (the order of `algorithm_index`); the run folder's algorithm, or
 --algorithm, picks the one scored. Without --nodes the official split is scored (default test:
@@ -41,7 +41,7 @@ norm there (||what the processor input receives of h(t-1)||/sqrt(d), the validat
 hidden_norm). Scored on the test split as the run was tested, it writes <run>/markov.json,
 which analysis.verdict reads (`markov_in_effect`: the rule, written before any measurement).
 git keeps no params.npz, so a committed run measured on another machine or in another session
-is measured on its replay (`python -m nar_markov.replay RUN --results OTHER`): `--markov
+is measured on its replay (`python -m nar_markov.tools.replay RUN --results OTHER`): `--markov
 --record-for RUN` scores the replay's params.npz and writes the record into RUN, only where
 the replay is the run again -- same model, algorithm, seed, tested step and, to the bit, the
 same test_score, as on the CPU kind that trained it -- else refuses in one line (exit 2). The
@@ -57,8 +57,8 @@ import pathlib
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from nar_markov import params_io
-from nar_markov import runs
+from nar_markov.store import params_io
+from nar_markov.store import runs
 
 PARAMS_NAME = runs.PARAMS_NAME
 RESULT_NAME = runs.RESULT_NAME
@@ -108,9 +108,9 @@ def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
 
 def sample_graphs(algorithm: str, nb_nodes: int, num_samples: int, seed: int):
   """`num_samples` fresh trajectories at `nb_nodes`, drawn and preprocessed as the official
-  val/test splits are (nar_markov.data), with `seed`."""
+  val/test splits are (nar_markov.data.pipeline), with `seed`."""
   import clrs
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
 
   sampler, _ = clrs.build_sampler(data.check_algorithm(algorithm), seed=int(seed),
                                   num_samples=int(num_samples), length=int(nb_nodes))
@@ -122,9 +122,9 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
   """The `learner.Learner` of a saved run: the net that `net_config` describes over `algorithms`
   (a list of one for single-task). nb_dims: the metadata's (a dict, or one per algorithm),
   else taken from the val splits as experiment.run_experiment takes them."""
-  from nar_markov import data
-  from nar_markov import model as model_lib
-  from nar_markov import learner
+  from nar_markov.data import pipeline as data
+  from nar_markov.nets import model as model_lib
+  from nar_markov.nets import learner
 
   algorithms = list(algorithms)
   if isinstance(nb_dims, dict):
@@ -201,7 +201,7 @@ def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (
 
 def _targets(algorithm: str, target: Target, cache_dir):
   """(what is scored, its feedback) for each split or size of `target`."""
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
 
   if target.nodes:
     num_samples = target.max_samples or data.split_settings(algorithm, "test")["num_samples"]
@@ -219,8 +219,8 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
   """`entry` (what is scored) with the score of `run`'s parameters on `feedback`, and
   the `measures`; one line each to `log`. `zeroed`: the net with the history zeroed
   (`zeroed_config`), for "markov"."""
-  from nar_markov import data
-  from nar_markov import learner
+  from nar_markov.data import pipeline as data
+  from nar_markov.nets import learner
 
   algorithm, params, cap = run["algorithm"], run["params"], target.max_samples
   index = run["algorithms"].index(algorithm)
@@ -301,7 +301,7 @@ def output_predictions(model, params, feedback, algorithm_index: int, batch_size
   import clrs
   import jax
   import numpy as np
-  from nar_markov import data
+  from nar_markov.data import pipeline as data
 
   feedback, n_total = data.at_most(feedback, max_samples)
   nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
@@ -352,7 +352,7 @@ def markov_measure(model, zeroed, params, feedback, algorithm_index: int, batch_
   processor input receives of h(t-1)||/sqrt(d) over nodes, the steps t >= 1 each trajectory
   has, then samples (the validation curve's `hidden_norm`; for G-ForgetNet ||g * h(t-1)||).
   `trained`: `output_predictions` of `model`, if already made."""
-  from nar_markov import learner
+  from nar_markov.nets import learner
 
   preds, truth = trained or output_predictions(model, params, feedback, algorithm_index,
                                                batch_size, max_samples)
@@ -403,8 +403,8 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
   import jax
   import numpy as np
   from clrs._src import decoders
-  from nar_markov import data
-  from nar_markov import model as model_lib
+  from nar_markov.data import pipeline as data
+  from nar_markov.nets import model as model_lib
 
   spec = model.specs[algorithm_index]
   feedback, n_total = data.at_most(feedback, max_samples)
@@ -450,8 +450,8 @@ def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: 
   computation) before `interceptor` is traced, e.g. to learn the order of the calls."""
   import haiku as hk
   import jax
-  from nar_markov import data
-  from nar_markov import learner
+  from nar_markov.data import pipeline as data
+  from nar_markov.nets import learner
 
   ref = learner.Learner(model.specs, model.nb_dims,
                     dataclasses.replace(model.config, impl="reference"), model.optimizer)
@@ -535,7 +535,7 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from nar_markov import model as model_lib
+  from nar_markov.nets import model as model_lib
 
   if model.config.history != "gated":
     raise ValueError(f"--history-gate is for the gated history (G-ForgetNet), not "
@@ -580,7 +580,7 @@ MARKOV_FIELDS = ("score", "score_history_zeroed", "delta", "predictions_changed"
 def markov_record(out: Mapping[str, Any], entry: Mapping[str, Any]) -> Dict[str, Any]:
   """The run's markov.json (runs.MARKOV_NAME): `entry`, the official test split scored as
   the run was tested with "markov", of `out` (evaluate_run's answer)."""
-  from nar_markov import provenance
+  from nar_markov.config import provenance
 
   m = entry["markov"]
   return {
@@ -618,7 +618,7 @@ def missing_params(run_dir) -> Optional[str]:
   kind = (f"{cpu.get('model')}, SIMD {'/'.join(cpu.get('simd') or []) or 'unknown'}"
           if cpu else "not recorded")
   return (f"{run_dir} has no {PARAMS_NAME} (git keeps none): replay the run first, "
-          f"python -m nar_markov.replay {run_dir} --results <folder>, and evaluate the "
+          f"python -m nar_markov.tools.replay {run_dir} --results <folder>, and evaluate the "
           f"replay's run folder (--markov --record-for {run_dir} to record it here); a "
           f"bit-exact replay needs the CPU kind that trained it (result.json device.host_cpu: "
           f"{kind})")
@@ -650,7 +650,7 @@ def write_markov_record(run_dir, out: Mapping[str, Any], log=print, record_for=N
   `run_dir` replays (`replay_problem` is None), into which the record goes instead, naming
   the replay it was measured on; `replay`: `run_dir`'s result.json as already read (read
   here when not given)."""
-  from nar_markov import util
+  from nar_markov.store import util
 
   tested = [e for e in out["scores"] if e.get("as_tested") and "markov" in e]
   if not tested:
@@ -664,7 +664,7 @@ def write_markov_record(run_dir, out: Mapping[str, Any], log=print, record_for=N
         "replay": str(pathlib.Path(run_dir).resolve()),
         "replay_commit": replay.get("commit"), "replay_dirty": replay.get("dirty"),
         "why": "git keeps no params.npz: the run was trained again from its config.gin "
-               "(python -m nar_markov.replay) and reproduced its tested step and test_score "
+               "(python -m nar_markov.tools.replay) and reproduced its tested step and test_score "
                "to the bit; these are the replay's parameters"}
     run_dir = record_for
   path = pathlib.Path(run_dir) / runs.MARKOV_NAME
@@ -743,8 +743,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       parser.exit(2, f"evaluate: error: --record-for {args.record_for}: {problem}\n")
   if args.max_samples is not None and args.max_samples < 1:
     parser.error("--max-samples must be >= 1")
-  from nar_markov import learner
-  from nar_markov import util
+  from nar_markov.nets import learner
+  from nar_markov.store import util
   learner.setup_compilation_cache()
   try:
     target = Target(split=args.split, nodes=args.nodes or (), max_samples=args.max_samples,

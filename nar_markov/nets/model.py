@@ -42,7 +42,7 @@ from clrs._src import processors
 from clrs._src import specs
 
 # The net's settings (history policy among them) live jax-free, for gin and the launcher.
-from nar_markov.netconfig import FAST_PROCESSORS, HISTORY_POLICIES, NetConfig  # pylint: disable=unused-import  (re-exported)
+from nar_markov.config.netconfig import FAST_PROCESSORS, HISTORY_POLICIES, NetConfig  # pylint: disable=unused-import  (re-exported)
 
 
 _Stage = specs.Stage
@@ -238,7 +238,7 @@ class Net(hk.Module):
       history = gate * hidden                  # Eq. 4: z = [x(t), g * h(t-1)]
     else:  # a name in netconfig.HISTORY_POLICIES without its branch here
       raise ValueError(f"NetConfig.history {cfg.history!r} has no branch in "
-                       "nar_markov/model.py Net._history (a new history policy is its "
+                       "nar_markov/nets/model.py Net._history (a new history policy is its "
                        "netconfig.HISTORY_POLICIES entry plus its branch here)")
     return scoped_history(cfg.history_scope, history, hidden, gate)
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
 
-from nar_markov import runs
+from nar_markov.store import runs
 
 FORMAT = runs.PARAMS_FORMAT
 HEADER_KEY = runs.PARAMS_HEADER_KEY

@@ -8,10 +8,10 @@ log λ so that the penalty is about half the loss at the switch).  docs/design.m
 how each works and why ``schedule`` is the default.  This module owns the records,
 ``<results>/_calibration/<reading>[-<scope>]/<algorithm>.json`` (every measurement and
 the settings it was made with; λ is the median over ``seeds``), and the search
-arithmetic; it trains nothing and imports no jax (nar_markov.calibrate trains).
+arithmetic; it trains nothing and imports no jax (nar_markov.training.calibrate trains).
 
-CLI: python -m nar_markov.calibrate --gin gin/gforget.gin --algorithm bfs --results R
-     python -m nar_markov.calibrate --show --results R
+CLI: python -m nar_markov.training.calibrate --gin gin/gforget.gin --algorithm bfs --results R
+     python -m nar_markov.training.calibrate --show --results R
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 
-from nar_markov import runs
+from nar_markov.store import runs
 
 READINGS = ("schedule", "constant")
 RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
@@ -347,7 +347,7 @@ def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
     raise CalibrationError(
         f"no λ calibration record for {algorithm!r} ({heuristic.reading} reading) at "
         f"{path}: `python launch/sweep.py --gin gin/gforget.gin` calibrates first, or "
-        f"`python -m nar_markov.calibrate --gin <files> --algorithm {algorithm} "
+        f"`python -m nar_markov.training.calibrate --gin <files> --algorithm {algorithm} "
         "--results <results>`; or bind run_experiment.lambda_gate by hand")
   problems = settings_mismatch(record, settings)
   expected = record_heuristic(heuristic, settings["schedule_steps"])

@@ -46,7 +46,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from nar_markov import util
+from nar_markov.store import util
 
 # Where a user's runs go unless told otherwise (gitignored): results/ holds the committed
 # evidence, curated, and is no place for a new sweep's runs.
@@ -55,14 +55,14 @@ RESULT_SCHEMA = "nar_markov.result/1"
 RESULT_NAME = "result.json"
 CHECKPOINT_NAME = "checkpoint.npz"  # training state (`write_state`)
 # A calibration run's state at its last step, from which G-ForgetNet's run of
-# the same seed continues under the schedule reading (nar_markov/calibrate.py).
+# the same seed continues under the schedule reading (nar_markov/training/calibrate.py).
 FINAL_STATE_NAME = "final_state.npz"
-PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.params_io)
-# A parameters file's format tag, and the entry of its JSON header (nar_markov.params_io).
+PARAMS_NAME = "params.npz"  # best-validation parameters (nar_markov.store.params_io)
+# A parameters file's format tag, and the entry of its JSON header (nar_markov.store.params_io).
 PARAMS_FORMAT = "nar_markov.params/1"
 PARAMS_HEADER_KEY = "__nar_markov__"
 # The tested checkpoint's test score with h(t-1) zeroed and its gate norm there
-# (`python -m nar_markov.evaluate <run> --markov`): small, committed beside result.json
+# (`python -m nar_markov.probes.evaluate <run> --markov`): small, committed beside result.json
 # where params.npz never is (`read_markov`).
 MARKOV_NAME = "markov.json"
 MARKOV_SCHEMA = "nar_markov.markov/1"
@@ -449,7 +449,7 @@ def run_file_problems(run_folder, result: Mapping[str, Any]) -> List[str]:
 
 
 def params_problem(path) -> Optional[str]:
-  """Why `path` is not a whole parameters file (nar_markov.params_io), or None.
+  """Why `path` is not a whole parameters file (nar_markov.store.params_io), or None.
   Reads its zip directory and header only, not its arrays: cheap enough for
   --status over a whole sweep."""
   path = pathlib.Path(path)

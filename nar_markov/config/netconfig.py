@@ -7,7 +7,7 @@ import dataclasses
 import gin
 
 # What the processor receives as history at step t (paper Eq. 2, 3, 4).  A new policy is
-# its name here plus its branch in nar_markov/model.py Net._history (which refuses a
+# its name here plus its branch in nar_markov/nets/model.py Net._history (which refuses a
 # name without one), its gin model file and, if it is one of the paper's labels,
 # runspec.PAPER_LABELS.
 HISTORY_POLICIES = ("full", "none", "gated")
@@ -51,7 +51,7 @@ class NetConfig:
   # Initial bias of the gate's last layer: 0 starts the gate half open, g ~ 0.5.
   gate_bias_init: float = 0.0
   # How the same function is computed: 'reference' runs dm-clrs's modules as
-  # they are; 'fast' is nar_markov.fastnet (same parameters, same function up
+  # they are; 'fast' is nar_markov.nets.fastnet (same parameters, same function up
   # to round-off, less work); 'auto' = 'fast' where it exists (FAST_PROCESSORS).
   impl: str = "auto"
   # Fast path, training: recompute each step's forward in the backward pass

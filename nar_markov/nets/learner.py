@@ -1,11 +1,11 @@
 """The learner: one net's pure train and evaluation functions, jitted once per shape.
 
-`Learner` wraps nar_markov.model.Net (or the fast net computing the same function)
+`Learner` wraps nar_markov.nets.model.Net (or the fast net computing the same function)
 over one or more algorithms: initial state, the optimizer step (dm-clrs run.py's
 Adam with cosine decay and clipping), evaluation batches; `evaluate_split` scores a
 split with `clrs.evaluate`.  The steps that train K seeds at once (`jax.vmap`) and
 several algorithms with one summed update are built here too.  The training loop
-(nar_markov.train) drives these; it holds no jax function of its own.
+(nar_markov.training.train) drives these; it holds no jax function of its own.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nar_markov import data
-from nar_markov import fastnet
-from nar_markov import model as model_lib
+from nar_markov.data import pipeline as data
+from nar_markov.nets import fastnet
+from nar_markov.nets import model as model_lib
 
 
 def make_optimizer(learning_rate: float, train_steps: int,

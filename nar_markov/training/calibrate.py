@@ -1,15 +1,15 @@
 """The lambda calibration of one algorithm: trains the heuristic's runs and writes its record; CLI.
 
 The heuristic itself -- its two readings, the search arithmetic, the records -- is
-nar_markov/lambda_heuristic.py (its docstring says what the paper asks and why the
+nar_markov/config/lambda_heuristic.py (its docstring says what the paper asks and why the
 'schedule' reading is the default).  Here it is carried out: the lambda = 0 run of every
 calibration seed (and under the 'constant' reading the search trials), trained with
-nar_markov.experiment.run_experiment (which imports jax only when it trains), each
+nar_markov.training.experiment.run_experiment (which imports jax only when it trains), each
 resumable from its checkpoint, then the record.
 
 CLI:
-  python -m nar_markov.calibrate --gin gin/gforget.gin --algorithm bfs --results R
-  python -m nar_markov.calibrate --show --results R
+  python -m nar_markov.training.calibrate --gin gin/gforget.gin --algorithm bfs --results R
+  python -m nar_markov.training.calibrate --show --results R
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ import statistics
 import sys
 from typing import Any, Dict, Optional, Sequence
 
-from nar_markov import experiment
+from nar_markov.training import experiment
 from nar_markov import quiet
-from nar_markov import runs
-from nar_markov import runspec
-from nar_markov.lambda_heuristic import (
+from nar_markov.store import runs
+from nar_markov.config import runspec
+from nar_markov.config.lambda_heuristic import (
     RECORD_SCHEMA, CalibrationError, LambdaHeuristic, atomic_write_json,
     check_results_dir, continuation_state, format_records, lambda0_results_dir, load_lambda,
     measure, read_record, record_heuristic, record_path, search, share_with, trial_results_dir)
 
 
 def log(msg: str) -> None:
-  print(f"[nar_markov.calibrate] {msg}", file=sys.stderr, flush=True)
+  print(f"[nar_markov.training.calibrate] {msg}", file=sys.stderr, flush=True)
 
 
 def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaHeuristic] = None,
@@ -117,7 +117,7 @@ class _Calibration:
                                      entry["lambda0"], h.band, h.max_trials, h.bracket_factor)
     # The chosen trial is the first `step` steps of this seed's G-ForgetNet run with
     # that λ (same seed, data and schedule, λ from step 0): the run continues from its
-    # state (nar_markov.train, reuse_calibration_prefix) when its λ is the record's.
+    # state (nar_markov.training.train, reuse_calibration_prefix) when its λ is the record's.
     entry.update({"lambda": chosen["lambda"], "trials": trials, "in_band": in_band,
                   "share_reached": chosen["share"], "chosen_trial": chosen["trial"],
                   "chosen_state": chosen.get("final_state")})
@@ -194,7 +194,7 @@ def _remove_unused_trial_states(record: Dict[str, Any]) -> None:
 def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
                        algorithm: str, results_dir: str) -> str:
   """A sweep's calibration job: parse gin afresh, calibrate, return the record path."""
-  from nar_markov import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
   config_lib.parse_gin(gin_files, gin_params)
   h = LambdaHeuristic()
   record = calibrate_algorithm(algorithm, results_dir, h)
@@ -204,7 +204,7 @@ def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
 
 def main(argv=None) -> int:
   quiet.setup(argv)  # before training imports clrs/tensorflow: no start-up banners
-  parser = argparse.ArgumentParser(prog="python -m nar_markov.calibrate",
+  parser = argparse.ArgumentParser(prog="python -m nar_markov.training.calibrate",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--gin", action="append", default=[], metavar="FILE")
   parser.add_argument("--gin_param", action="append", default=[], metavar="BINDING")

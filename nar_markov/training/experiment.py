@@ -1,8 +1,8 @@
 """The gin-configurable entry point of every run (`run_experiment`) and a sweep job's (`run_from_gin`).
 
 What a run is -- its components, label, settings, lambda and the task of each
-algorithm -- is nar_markov/runspec.py's (no jax); `run_experiment` checks its input
-there, resolves the job, and hands it to the training loop (nar_markov/train.py),
+algorithm -- is nar_markov/config/runspec.py's (no jax); `run_experiment` checks its input
+there, resolves the job, and hands it to the training loop (nar_markov/training/train.py),
 importing jax only then.  The config.gin written beside every result is this
 module's (`run_gin`).
 """
@@ -14,10 +14,10 @@ from typing import Any, List, Optional, Sequence, Union
 
 import gin
 
-from nar_markov import config as config_lib
-from nar_markov import runs
-from nar_markov import runspec
-from nar_markov.netconfig import NetConfig
+from nar_markov.config import gin_files as config_lib
+from nar_markov.store import runs
+from nar_markov.config import runspec
+from nar_markov.config.netconfig import NetConfig
 
 
 @gin.configurable(denylist=["algorithm", "seed", "results_dir"])
@@ -72,7 +72,7 @@ def run_experiment(*,
     raise ValueError(f"a gate penalty needs the gated history (NetConfig.history = "
                      f"'gated'), not {net.history!r}")
   tasks = runspec.make_tasks(model, algorithms, penalty, results_dir, protocol, net)
-  from nar_markov import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
+  from nar_markov.training import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
   return train.run(runspec.Resolved(
       tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
       results_dir=results_dir, net=net, protocol=protocol,
@@ -98,9 +98,9 @@ def as_gin(model: str, net: NetConfig, protocol: runspec.Protocol,
 def run_gin(model: str, net: NetConfig, protocol: runspec.Protocol,
             penalty: Optional[runspec.GatePenalty]) -> str:
   """A run's config.gin: the parsed gin, and after it -- where the caller gave the run
-  other components than that gin makes (nar_markov/calibrate.py's runs: their own
+  other components than that gin makes (nar_markov/training/calibrate.py's runs: their own
   label, length and lambda) -- the run's own, which gin reads over the ones above.
-  Parsed alone, it gives the run that was trained (nar_markov/replay.py)."""
+  Parsed alone, it gives the run that was trained (nar_markov/tools/replay.py)."""
   parsed = gin.config_str()
   if not parsed:
     return as_gin(model, net, protocol, penalty)

@@ -1,12 +1,12 @@
 """The training loop: a list of algorithms x seeds, stepped, validated, tested, written.
 
-What nar_markov.experiment.run_experiment resolved (runspec.Resolved) is trained here: one
+What nar_markov.training.experiment.run_experiment resolved (runspec.Resolved) is trained here: one
 processor on a list of algorithms (single-task is a list of one; several: dm-clrs
 run.py's multi-task rule) for one or more seeds (K seeds of one algorithm: one
-vmapped step).  The jitted net is nar_markov.learner's; this module owns the loop's
+vmapped step).  The jitted net is nar_markov.nets.learner's; this module owns the loop's
 cadence and each seed's bookkeeping (`_SeedRun`): its state and checkpoint are
-nar_markov/checkpoint.py's, its selection nar_markov/selection.py's, its penalty weight
-nar_markov/lambda_schedule.py's, and its result.json nar_markov.runs's (`RunRecord`).
+nar_markov/state/checkpoint.py's, its selection nar_markov/state/selection.py's, its penalty weight
+nar_markov/state/lambda_schedule.py's, and its result.json nar_markov.store.runs's (`RunRecord`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ import jax
 import numpy as np
 import optax
 
-from nar_markov import checkpoint
-from nar_markov import data
-from nar_markov import devices
-from nar_markov import lambda_heuristic
-from nar_markov import learner
-from nar_markov import model as model_lib
-from nar_markov import params_io
-from nar_markov import provenance
-from nar_markov import runs
-from nar_markov import runspec
-from nar_markov import util
+from nar_markov.state import checkpoint
+from nar_markov.data import pipeline as data
+from nar_markov.training import devices
+from nar_markov.config import lambda_heuristic
+from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
+from nar_markov.store import params_io
+from nar_markov.config import provenance
+from nar_markov.store import runs
+from nar_markov.config import runspec
+from nar_markov.store import util
 
 
 def run(resolved: runspec.Resolved) -> Any:
@@ -48,7 +48,7 @@ def run(resolved: runspec.Resolved) -> Any:
                               dict(t.definition, seed=s)) for t in tasks]
 
   results: Dict[int, List[Dict[str, Any]]] = {}
-  # Done means verified (nar_markov.runs.check_result): a result with other
+  # Done means verified (nar_markov.store.runs.check_result): a result with other
   # settings is refused before anything is touched; a corrupt one is moved
   # aside and the seed trained again.
   verdicts = {s: verdicts_of(s) for s in seeds}
@@ -435,7 +435,7 @@ def _lambda_calibration(run: _SeedRun, task: runspec.Task) -> Optional[Dict[str,
 
 def _save_params(run: _SeedRun, task: runspec.Task, out_dir: pathlib.Path,
                  record: runs.RunRecord) -> None:
-  """The best-validation parameters, kept: python -m nar_markov.evaluate <run dir>."""
+  """The best-validation parameters, kept: python -m nar_markov.probes.evaluate <run dir>."""
   job, selection = run.job, run.state.selection
   meta = {"algorithm": task.algorithm, "model": job.model, "seed": run.seed,
           "step": selection.best_step, "val_score": selection.best_scores[task.index],

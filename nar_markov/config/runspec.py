@@ -2,7 +2,7 @@
 
 A run is a label (`run_experiment.model`: the results folder and the table column,
 nothing more) and three components, each its own gin configurable: the net
-(`NetConfig`, nar_markov/netconfig.py: the history policy and the architecture), the
+(`NetConfig`, nar_markov/config/netconfig.py: the history policy and the architecture), the
 `Protocol` (optimisation, sizes, validation, cadence) and, for G-ForgetNet only, the
 `GatePenalty` (lambda and where it comes from).  Everything that says what a run IS --
 the label's check, the settings that define it (`run_settings`), its lambda
@@ -10,7 +10,7 @@ the label's check, the settings that define it (`run_settings`), its lambda
 (`configured`, `*_from_gin`), the `Task` of each algorithm of a job -- lives here, so
 that the launcher, ``--status``, ``--dry-run`` and the calibration plan know a sweep's
 runs without importing jax, haiku, clrs or TensorFlow.  The entry point that trains
-them is nar_markov/experiment.py.
+them is nar_markov/training/experiment.py.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import gin
 import numpy as np
 
-from nar_markov import clrs30
-from nar_markov import config as config_lib
-from nar_markov import lambda_heuristic
-from nar_markov import runs
-from nar_markov.netconfig import NetConfig
+from nar_markov.config import clrs30
+from nar_markov.config import gin_files as config_lib
+from nar_markov.config import lambda_heuristic
+from nar_markov.store import runs
+from nar_markov.config.netconfig import NetConfig
 
 VALIDATION_MODES = clrs30.VALIDATION_MODES
 
@@ -60,7 +60,7 @@ class Protocol:
     validation_mode: 'resample' (run.py: every evaluation draws 2 x 32 x
       multiplier samples with replacement from a pool sampled with the
       training settings at the largest train size) or 'fixed' (that pool, the
-      same samples each time); nar_markov.data.ValidationPool.
+      same samples each time); nar_markov.data.pipeline.ValidationPool.
     multitask_update: several algorithms only.  'per_algorithm' (run.py, the
       default): every step takes one clipped Adam update per algorithm, in
       list order, each on that algorithm's own batch, with the other
@@ -150,7 +150,7 @@ class GatePenalty:
   (the baseline, ForgetNet, and the penalty ablation gin/gforget_nopenalty.gin).
 
   lambda_gate: None (gin/gforget.gin): read from the algorithm's calibration
-    record under the results folder (nar_markov/lambda_heuristic.py); a float, or a
+    record under the results folder (nar_markov/config/lambda_heuristic.py); a float, or a
     dict algorithm -> float, bound by hand.
   start_step: the first penalised step.  None: where the lambda heuristic's
     reading says (`LambdaHeuristic.reading`: schedule -> the calibration step,
@@ -283,7 +283,7 @@ def resolve_lambda(penalty: Optional[GatePenalty], algorithm: str, *, results_di
   and lambda is, in this order, a float bound by hand, a per-algorithm dict
   bound in gin, or -- `lambda_gate=None`, gin/gforget.gin's default -- read
   from the algorithm's calibration record under `results_dir`
-  (nar_markov/lambda_heuristic.py).
+  (nar_markov/config/lambda_heuristic.py).
   """
   if penalty is None:
     return 0.0, 0, None
@@ -435,7 +435,7 @@ def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
   heuristic's reading and the first penalised step.  result.json holds each of these
   keys; checkpoints keep the dict (key "definition").  A G-ForgetNet run whose
   lambda came from a calibration record is defined by the record's lambda.
-  Compared by nar_markov.runs.check_result / definition_mismatch."""
+  Compared by nar_markov.store.runs.check_result / definition_mismatch."""
   out = {"model": model, "algorithm": algorithm, "history": history,
          "settings": dict(settings),
          "lambda_reading": (lambda_info or {}).get("reading"),
@@ -606,7 +606,7 @@ def make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[GatePena
 @dataclasses.dataclass(frozen=True)
 class Resolved:
   """What run_experiment checked and resolved, handed to the training loop
-  (nar_markov.train.run): the tasks (one per algorithm), the seeds, where results
+  (nar_markov.training.train.run): the tasks (one per algorithm), the seeds, where results
   go and the gin text written beside them, and how the caller wants them back
   (`one_seed`, `one_alg`: a dict rather than a list)."""
   tasks: List["Task"]

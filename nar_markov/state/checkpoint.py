@@ -14,12 +14,12 @@ import dataclasses
 import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from nar_markov import lambda_heuristic
-from nar_markov import runs
-from nar_markov import runspec
-from nar_markov import util
-from nar_markov.lambda_schedule import LambdaSchedule
-from nar_markov.selection import Selection
+from nar_markov.config import lambda_heuristic
+from nar_markov.store import runs
+from nar_markov.config import runspec
+from nar_markov.store import util
+from nar_markov.state.lambda_schedule import LambdaSchedule
+from nar_markov.state.selection import Selection
 
 # The one loop's checkpoints: a list per algorithm (curves, streams, definitions).
 FORMAT = 2
@@ -168,7 +168,7 @@ def _from_prefix(prefix: lambda_heuristic.Continuation, task: runspec.Task,
   state = load(prefix.state)
   if state is None or state["step"] != prefix.step:
     raise ValueError(f"{prefix.state} does not hold the state at step {prefix.step}")
-  # A calibration run of this seed, model `calibrate` (nar_markov/calibrate.py):
+  # A calibration run of this seed, model `calibrate` (nar_markov/training/calibrate.py):
   # this run's settings and data trained to the calibration step with prefix.lam.
   # At lambda = 0 (schedule reading) the calibration run's penalty settings did nothing.
   recorded = state.get("definitions")

@@ -2,15 +2,15 @@
 
 A run folder ``<results>/<model>/<algorithm>/seed<k>/`` keeps the config.gin it was
 trained with beside its result.json.  `check_folder` parses that config.gin alone with
-today's code and asks nar_markov.runs whether the result it holds is done with the run
+today's code and asks nar_markov.store.runs whether the result it holds is done with the run
 definition the gin gives (model, history, settings, λ: `runs.check_result`, as the sweep
 asks) -- the folder then says everything needed to train the run again.  `replay` trains
 it (experiment.run_from_gin: the same label, algorithm(s) and seed) into another results
 folder, with the λ calibration record the run read copied along.
 
 CLI:
-  python -m nar_markov.replay results/pilot/forget/insertion_sort/seed0 --results /tmp/replay
-  python -m nar_markov.replay <run folder> --results <folder> --dry-run   # check, print the plan
+  python -m nar_markov.tools.replay results/pilot/forget/insertion_sort/seed0 --results /tmp/replay
+  python -m nar_markov.tools.replay <run folder> --results <folder> --dry-run   # check, print the plan
 Errors (a folder without config.gin or result.json, an empty config.gin, one that does not
 give the result's run) are one line on stderr, exit status 2.
 """
@@ -24,9 +24,9 @@ import shutil
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from nar_markov import config as config_lib
+from nar_markov.config import gin_files as config_lib
 from nar_markov import quiet
-from nar_markov import runs
+from nar_markov.store import runs
 
 
 class ReplayError(ValueError):
@@ -53,7 +53,7 @@ class Plan:
 
   @property
   def multitask(self) -> bool:
-    from nar_markov import runspec  # pylint: disable=g-import-not-at-top
+    from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top
     return self.model.endswith(runspec.MULTITASK_SUFFIX)
 
   def target(self, results_dir) -> pathlib.Path:
@@ -87,8 +87,8 @@ def check_folder(folder) -> Plan:
   """The replay plan of `folder`, after checking that its config.gin, parsed alone with
   today's code, gives the run its result.json records (runs.check_result with
   runspec.run_definition_from_gin: done or diverged).  ReplayError otherwise."""
-  from nar_markov import lambda_heuristic  # pylint: disable=g-import-not-at-top
-  from nar_markov import runspec  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top
   folder = pathlib.Path(folder).absolute()
   result = read_folder(folder)
   root = folder.parents[2]
@@ -148,7 +148,7 @@ def describe(plan: Plan, results_dir) -> str:
 
 def replay(folder, results_dir) -> Dict[str, Any]:
   """Train the run of `folder` again into `results_dir`; its new result."""
-  from nar_markov import experiment  # pylint: disable=g-import-not-at-top
+  from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   plan = check_folder(folder)
   check_target(plan, results_dir)
   copy_record(plan, results_dir)
@@ -175,7 +175,7 @@ def check_target(plan: Plan, results_dir) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   quiet.setup(argv)  # before training imports clrs/tensorflow: no start-up banners
-  parser = argparse.ArgumentParser(prog="python -m nar_markov.replay",
+  parser = argparse.ArgumentParser(prog="python -m nar_markov.tools.replay",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("folder", help="a finished run folder: <results>/<model>/<algorithm>/seed<k>")
   parser.add_argument("--results", required=True,

@@ -1,7 +1,7 @@
 """The gate penalty's weight at each training step of one seed: its start, ramp and adaptation.
 
 What a task's penalty is -- λ, the first penalised step, `GatePenalty.ramp_steps` and
-`adaptive_every_steps` -- is resolved before training (nar_markov/runspec.py); this is
+`adaptive_every_steps` -- is resolved before training (nar_markov/config/runspec.py); this is
 how it acts step by step, and the λ that adapted so far, which a checkpoint keeps so
 that a resumed run weighs its steps as a run from scratch does.  Imports no jax.
 """
@@ -13,8 +13,8 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from nar_markov import runspec
-from nar_markov import util
+from nar_markov.config import runspec
+from nar_markov.store import util
 
 
 @dataclasses.dataclass

@@ -33,10 +33,10 @@ import clrs
 from clrs._src import samplers as clrs_samplers
 import numpy as np
 
-from nar_markov import clrs30
+from nar_markov.config import clrs30
 from nar_markov import quiet
 
-# CLRS-30's names and train sizes live in nar_markov.clrs30 (no clrs import there).
+# CLRS-30's names and train sizes live in nar_markov.config.clrs30 (no clrs import there).
 ALGORITHMS = clrs30.ALGORITHMS
 SPLITS = ("train", "val", "test")
 TRAIN_LENGTHS = clrs30.TRAIN_LENGTHS
@@ -199,7 +199,7 @@ def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
   multiple of 2**(bit_length(T) - 4) (T <= 15 not rounded; 147 -> 160).
   One shape per train size is one compilation per size: the headroom is
   there because dm-clrs's running max sometimes exceeds the measured max.
-  Padding costs the fast net (nar_markov.fastnet) next to nothing -- it
+  Padding costs the fast net (nar_markov.nets.fastnet) next to nothing -- it
   skips every step after the batch's longest trajectory, and scans no
   further than `trajectory_bound` -- whereas `impl='reference'` runs
   them (a multiple-of-8 rule cost it 1.8x per step on bfs at 11 nodes).
@@ -671,7 +671,7 @@ def _describe(feedback: clrs.Feedback) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(
-      prog="python -m nar_markov.data",
+      prog="python -m nar_markov.data.pipeline",
       description="Inspect CLRS-30 splits / fill the val+test cache.")
   parser.add_argument("--algorithm", help="one of the 30 CLRS-30 algorithms")
   parser.add_argument("--split", choices=SPLITS, default="test")

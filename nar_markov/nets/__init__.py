@@ -1,0 +1,1 @@
+"""The nets (haiku): the reference model, the fast net, the learner."""

@@ -1,0 +1,1 @@
+"""Measurements of trained runs (jax): the loader, the probes and their CLI."""

@@ -1,0 +1,1 @@
+"""A seed's training state, without jax: its checkpoint, model selection and lambda schedule."""

@@ -1,0 +1,1 @@
+"""The results store, without jax: run folders, result.json, params files, locks."""

@@ -1,0 +1,1 @@
+"""Tools on finished runs: replay."""

@@ -1,0 +1,1 @@
+"""Training (jax): the entry point, the loop, devices and the lambda calibration."""
