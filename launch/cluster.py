@@ -368,11 +368,19 @@ def _defines_macro(name: str) -> bool:
 
 def _axes() -> Dict[str, Any]:
   """`sweep_axes()` of the parsed gin files, checked: one ValueError per problem."""
+  # A sweep_axes.<axis> binding wins; else the macro gin/base.gin defines.
+  macros = {}
+  for axis, macro in AXES.items():
+    try:
+      gin.query_parameter(f"sweep_axes.{axis}")
+    except ValueError:
+      if _defines_macro(macro):
+        macros[axis] = config_lib.bound_value(f"{macro}/macro.value")
   try:
-    axes = sweep_axes()  # pylint: disable=no-value-for-parameter
+    axes = sweep_axes(**macros)
   except (RuntimeError, TypeError) as e:  # gin: a required binding is missing
-    raise ValueError(f"the sweep's axes are not set in the gin files (sweep_axes.*, "
-                     f"gin/base.gin binds them to ALGORITHMS and SEEDS): {e}") from None
+    raise ValueError(f"the sweep's axes are not set in the gin files (the macros "
+                     f"ALGORITHMS and SEEDS of gin/base.gin, or sweep_axes.*): {e}") from None
   k, multitask = axes["seeds_per_job"], axes["multitask"]
   algorithms, seeds = axes["algorithms"], axes["seeds"]
   if isinstance(k, bool) or not isinstance(k, int) or k < 1:

@@ -51,10 +51,16 @@ from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
 
 # What gin/base.gin imports: the configurables a config.gin binds.
-IMPORTS = ("import launch.cluster", "import nar_markov.training.experiment",
+IMPORTS = ("import nar_markov.training.experiment",
            "import nar_markov.config.lambda_heuristic", "import nar_markov.config.netconfig")
 # Modules a config.gin imported that have moved since: old -> new.
-MOVED_MODULES = {"nar_markov.cluster": "launch.cluster"}
+# Modules gin files import that moved: the launcher's out of the library, then (issue 74)
+# the library's flat modules into its subpackages.
+MOVED_MODULES = {"nar_markov.cluster": "launch.cluster",
+                 "nar_markov.experiment": "nar_markov.training.experiment",
+                 "nar_markov.lambda_heuristic": "nar_markov.config.lambda_heuristic",
+                 "nar_markov.netconfig": "nar_markov.config.netconfig",
+                 "nar_markov.runspec": "nar_markov.config.runspec"}
 _IMPORT = re.compile(r"^import (" + "|".join(re.escape(m) for m in MOVED_MODULES) + r")\b", re.M)
 _FLAT = re.compile(r"^run_experiment\.([a-z_][a-z0-9_]*)(\s*=)", re.M)
 _MODEL = re.compile(r"^run_experiment\.model\s*=\s*'([a-z0-9_]+)'\s*$", re.M)
@@ -106,8 +112,27 @@ def migrate_flat(text: str) -> str:
 
 
 def migrate_imports(text: str) -> str:
-  """`text` (a config.gin) importing today's module where one has moved (MOVED_MODULES)."""
-  return _IMPORT.sub(lambda m: "import " + MOVED_MODULES[m.group(1)], text)
+  """`text` (a config.gin) importing today's module where one has moved (MOVED_MODULES),
+  and without the launcher's (`drop_launcher`)."""
+  return drop_launcher(_IMPORT.sub(lambda m: "import " + MOVED_MODULES[m.group(1)], text))
+
+
+# The launcher's configurables (launch/cluster.py): how a sweep ran, not what a run is.
+LAUNCHER_CONFIGURABLES = ("slurm_resources", "sweep_axes", "compilation_cache")
+_LAUNCHER_IMPORT = re.compile(r"^import launch\.cluster(\s+as\s+\w+)?\s*\n", re.M)
+_LAUNCHER_SECTION = re.compile(
+    r"^# Parameters for (?:" + "|".join(LAUNCHER_CONFIGURABLES) + r"):\n# =+\n(?:.*\S.*\n)*\n?",
+    re.M)
+_LAUNCHER_BINDING = re.compile(r"^(?:" + "|".join(LAUNCHER_CONFIGURABLES) + r")\.\w+\s*=.*\n",
+                               re.M)
+
+
+def drop_launcher(text: str) -> str:
+  """`text` (a config.gin) without the launcher's import and bindings
+  (LAUNCHER_CONFIGURABLES), so that it parses with launch/ and submitit absent."""
+  text = _LAUNCHER_IMPORT.sub("", text)
+  text = _LAUNCHER_SECTION.sub("", text)
+  return _LAUNCHER_BINDING.sub("", text)
 
 
 def calibration_overrides(result: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import gin
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 GIN_DIR = REPO_ROOT / "gin"
 
 
