@@ -29,7 +29,7 @@ to each paired comparison -- F vs B (the paper's first claim), G vs F (its secon
             `python -m nar_markov.probes.evaluate <run> --markov`; docs/design.md): its history scope
             gates every consumer of h(t-1) (`processor_decoder`, the default), and zeroing the
             history moves its score by less than 1 point and under 1 % of its predictions,
-            with its gate norm there below 0.1 (nar_markov.probes.evaluate.markov_in_effect) -- "yes"
+            with its gate norm there below 0.1 (nar_markov.markov.rule.markov_in_effect) -- "yes"
             only when every seed is measured and Markov; a run without markov.json (its
             parameters are not here) is "not measured". The validation gate norm at the last
             step is shown beside it, as before.
@@ -52,12 +52,12 @@ from analysis import labels
 from analysis import paper as paper_lib
 from analysis import results as results_lib
 from analysis import stats
-from nar_markov.probes import evaluate  # no jax at import: the Markov rule
+from nar_markov.markov import rule  # no jax: the Markov rule
 from nar_markov.config import netconfig  # no jax
 from nar_markov.store import runs as runs_lib  # no jax
 
 MIN_SEEDS_TO_CALL = 3
-FULL_SCOPE = evaluate.MARKOV_SCOPE                  # every consumer of h(t-1) gated
+FULL_SCOPE = rule.MARKOV_SCOPE                  # every consumer of h(t-1) gated
 assert FULL_SCOPE in netconfig.HISTORY_SCOPES
 NOT_MEASURED = "not measured (no parameters here)"
 BASELINE = "baseline"
@@ -115,7 +115,7 @@ def markov_columns(gated):
   if not measured:
     cols["markov"] = NOT_MEASURED
     return cols
-  markov = {s: evaluate.markov_in_effect(FULL_SCOPE, m["delta"], m["predictions_changed"],
+  markov = {s: rule.markov_in_effect(FULL_SCOPE, m["delta"], m["predictions_changed"],
                                          m["gate_norm"]) for s, m in measured.items()}
   missing = sorted(set(gated) - set(measured))
   if not all(markov.values()):

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from nar_markov.markov import rule
 from nar_markov.probes import evaluate
 from nar_markov.store import params_io
 from nar_markov.store import runs
@@ -72,7 +73,7 @@ def _saved_run(root, model, net, params, cache_dir, step=TESTED_STEP):
 
 def _measure(net, params, cache_dir, split="test"):
   from nar_markov.data import pipeline as data
-  zeroed = evaluate.build_model([ALGORITHM], evaluate.zeroed_config(
+  zeroed = evaluate.build_model([ALGORITHM], rule.zeroed_config(
       dataclasses.asdict(net.config)), cache_dir=str(cache_dir))
   feedback = data.load_split(ALGORITHM, split, cache_dir=str(cache_dir))
   return evaluate.markov_measure(net, zeroed, params, feedback, 0, SAMPLES, SAMPLES)
@@ -82,13 +83,13 @@ def test_the_rule_and_its_boundaries():
   """Written before any run was measured (docs/design.md): strict bounds, both signs of the
   score change, and no scope but the one that gates every consumer."""
   ok = dict(scope="processor_decoder", delta=0.0, changed=0.0, gate_norm=0.0)
-  assert evaluate.markov_in_effect(**ok)
+  assert rule.markov_in_effect(**ok)
   for key, bad, good in (("delta", 0.01, 0.0099), ("delta", -0.01, -0.0099),
                          ("changed", 0.01, 0.0099), ("gate_norm", 0.1, 0.0999)):
-    assert not evaluate.markov_in_effect(**dict(ok, **{key: bad})), (key, bad)
-    assert evaluate.markov_in_effect(**dict(ok, **{key: good})), (key, good)
+    assert not rule.markov_in_effect(**dict(ok, **{key: bad})), (key, bad)
+    assert rule.markov_in_effect(**dict(ok, **{key: good})), (key, good)
   for scope in ("processor", "processor_input"):
-    assert not evaluate.markov_in_effect(**dict(ok, scope=scope))
+    assert not rule.markov_in_effect(**dict(ok, scope=scope))
 
 
 def test_zeroing_is_forgetnets_forward_pass_on_the_same_weights(data_cache_dir):

@@ -39,7 +39,7 @@ replaced by zeros in every consumer (processor input, update residual, decoder: 
 forward pass on the same weights), the share of output predictions that change, and the gate
 norm there (||what the processor input receives of h(t-1)||/sqrt(d), the validation curve's
 hidden_norm). Scored on the test split as the run was tested, it writes <run>/markov.json,
-which analysis.verdict reads (`markov_in_effect`: the rule, written before any measurement).
+which analysis.verdict reads (`rule.markov_in_effect`: the rule, written before any measurement).
 git keeps no params.npz, so a committed run measured on another machine or in another session
 is measured on its replay (`python -m nar_markov.tools.replay RUN --results OTHER`): `--markov
 --record-for RUN` scores the replay's params.npz and writes the record into RUN, only where
@@ -57,31 +57,23 @@ import pathlib
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import clrs
+from clrs._src import decoders
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nar_markov.data import pipeline as data
+from nar_markov.markov import rule
+from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 from nar_markov.store import params_io
 from nar_markov.store import runs
+from nar_markov.store import util
 
-PARAMS_NAME = runs.PARAMS_NAME
-RESULT_NAME = runs.RESULT_NAME
 # The official test split's seed is 3 (clrs.CLRS30); fresh graphs use another by default.
 DEFAULT_SAMPLE_SEED = 4
-
-# Markov in effect at test time (docs/design.md; written before any run was measured): only
-# this scope hands every consumer of h(t-1) the gated history; zeroing the history moves the
-# tested checkpoint's test score by less than 1 point and changes under 1 % of its output
-# predictions; its gate norm there is below 0.1.
-MARKOV_SCOPE = "processor_decoder"
-MARKOV_MAX_DELTA = 0.01       # |score with history zeroed - score|, micro-F1 (1 point)
-MARKOV_MAX_CHANGED = 0.01     # share of output predictions that change
-MARKOV_MAX_GATE_NORM = 0.1    # ||g * h(t-1)||/sqrt(d) at the tested checkpoint, test split
-
-
-def markov_in_effect(scope: str, delta: float, changed: float, gate_norm: float) -> bool:
-  """The rule above: `scope` the net's history scope, `delta` its test score with the
-  history zeroed minus as trained, `changed` the share of predictions that change,
-  `gate_norm` its gate norm on the same split."""
-  return (scope == MARKOV_SCOPE and abs(delta) < MARKOV_MAX_DELTA
-          and changed < MARKOV_MAX_CHANGED and gate_norm < MARKOV_MAX_GATE_NORM)
-
 
 class RunMismatch(ValueError):
   """The run folder does not fit the request (no algorithm named, another algorithm asked
@@ -93,8 +85,8 @@ def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
   (meta['algorithms'], else the one algorithm) and the one to score (`algorithm`, else
   meta's, else result.json's)."""
   run_dir = pathlib.Path(run_dir)
-  params, net_config, meta = params_io.load_params(run_dir / PARAMS_NAME)
-  result_path = run_dir / RESULT_NAME
+  params, net_config, meta = params_io.load_params(run_dir / runs.PARAMS_NAME)
+  result_path = run_dir / runs.RESULT_NAME
   result = json.loads(result_path.read_text()) if result_path.exists() else {}
   algorithm = algorithm or meta.get("algorithm") or result.get("algorithm")
   if not algorithm:
@@ -109,8 +101,6 @@ def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
 def sample_graphs(algorithm: str, nb_nodes: int, num_samples: int, seed: int):
   """`num_samples` fresh trajectories at `nb_nodes`, drawn and preprocessed as the official
   val/test splits are (nar_markov.data.pipeline), with `seed`."""
-  import clrs
-  from nar_markov.data import pipeline as data
 
   sampler, _ = clrs.build_sampler(data.check_algorithm(algorithm), seed=int(seed),
                                   num_samples=int(num_samples), length=int(nb_nodes))
@@ -122,9 +112,6 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
   """The `learner.Learner` of a saved run: the net that `net_config` describes over `algorithms`
   (a list of one for single-task). nb_dims: the metadata's (a dict, or one per algorithm),
   else taken from the val splits as experiment.run_experiment takes them."""
-  from nar_markov.data import pipeline as data
-  from nar_markov.nets import model as model_lib
-  from nar_markov.nets import learner
 
   algorithms = list(algorithms)
   if isinstance(nb_dims, dict):
@@ -175,10 +162,10 @@ def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (
                       f"is a {run['net_config']['history']!r} model")
   zeroed = None
   if "markov" in measures:
-    problem = tested_checkpoint_problem(run["meta"], run["result"])
+    problem = rule.tested_checkpoint_problem(run["meta"], run["result"])
     if problem:
       raise RunMismatch(f"--markov measures the tested checkpoint; {run_dir}: {problem}")
-    zeroed = build_model(run["algorithms"], zeroed_config(run["net_config"]),
+    zeroed = build_model(run["algorithms"], rule.zeroed_config(run["net_config"]),
                          run["meta"].get("nb_dims"), cache_dir)
   model = build_model(run["algorithms"], run["net_config"], run["meta"].get("nb_dims"),
                       cache_dir)
@@ -201,7 +188,6 @@ def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (
 
 def _targets(algorithm: str, target: Target, cache_dir):
   """(what is scored, its feedback) for each split or size of `target`."""
-  from nar_markov.data import pipeline as data
 
   if target.nodes:
     num_samples = target.max_samples or data.split_settings(algorithm, "test")["num_samples"]
@@ -218,9 +204,7 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
            measures: Sequence[str], log, zeroed=None) -> Dict[str, Any]:
   """`entry` (what is scored) with the score of `run`'s parameters on `feedback`, and
   the `measures`; one line each to `log`. `zeroed`: the net with the history zeroed
-  (`zeroed_config`), for "markov"."""
-  from nar_markov.data import pipeline as data
-  from nar_markov.nets import learner
+  (`rule.zeroed_config`), for "markov"."""
 
   algorithm, params, cap = run["algorithm"], run["params"], target.max_samples
   index = run["algorithms"].index(algorithm)
@@ -234,7 +218,7 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
   log(f"{algorithm} {entry['source']} nodes={entry['nb_nodes']} samples={n} "
       f"score={res['score']:.4f}")
   if entry["source"] == "test":
-    said = as_the_run_was_tested(run["result"], entry, size)
+    said = rule.as_the_run_was_tested(run["result"], entry, size)
     if said:
       entry["as_tested"], line = said
       log(line)
@@ -256,41 +240,15 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
   if "markov" in measures:
     m = entry["markov"] = markov_measure(model, zeroed, params, feedback, index, bs, cap,
                                          (preds, truth))
-    m["markov_in_effect"] = markov_in_effect(model.config.history_scope, m["delta"],
+    m["rule.markov_in_effect"] = rule.markov_in_effect(model.config.history_scope, m["delta"],
                                              m["predictions_changed"], m["gate_norm"])
     log(f"  history zeroed: score {m['score_history_zeroed']:.4f} (as trained "
         f"{m['score']:.4f}, delta {100 * m['delta']:+.2f} points), predictions changed "
         f"{m['predictions_changed']:.4f}; gate norm {m['gate_norm']:.4f}; Markov in effect "
-        f"(scope {MARKOV_SCOPE}, |delta| < {100 * MARKOV_MAX_DELTA:g} point, changed < "
-        f"{MARKOV_MAX_CHANGED:g}, gate norm < {MARKOV_MAX_GATE_NORM:g}): "
-        f"{'yes' if m['markov_in_effect'] else 'no'}")
+        f"(scope {rule.MARKOV_SCOPE}, |delta| < {100 * rule.MARKOV_MAX_DELTA:g} point, changed < "
+        f"{rule.MARKOV_MAX_CHANGED:g}, gate norm < {rule.MARKOV_MAX_GATE_NORM:g}): "
+        f"{'yes' if m['rule.markov_in_effect'] else 'no'}")
   return entry
-
-
-def zeroed_config(net_config: Mapping[str, Any]) -> Dict[str, Any]:
-  """`net_config` with h(t-1) replaced by zeros in every consumer (processor input, update
-  residual, decoder): ForgetNet's forward pass (Eq. 3) on the same weights; a G-ForgetNet's
-  gate weights go unused."""
-  return dict(net_config, history="none", history_scope=MARKOV_SCOPE)
-
-
-def tested_checkpoint_problem(meta: Mapping[str, Any], result: Mapping[str, Any]
-                              ) -> Optional[str]:
-  """Why params.npz (its `meta`) is not the checkpoint whose score is `result`'s
-  test_score (run.py's first best: `val_best_step`), or None when it is."""
-  if not result:
-    return "no result.json says which checkpoint was tested"
-  tested = result.get("val_best_step")
-  first = (result.get("selection") or {}).get("first_best") or {}
-  if tested is None or first.get("step", tested) != tested:
-    return (f"result.json names no one tested step (val_best_step {tested}, "
-            f"selection.first_best.step {first.get('step')})")
-  if meta.get("step") != tested:
-    return f"params.npz holds step {meta.get('step')}, the run tested step {tested}"
-  kept, recorded = meta.get("test_score"), result.get("test_score")
-  if kept is not None and recorded is not None and kept != recorded:
-    return f"params.npz was saved with test_score {kept}, result.json has {recorded}"
-  return None
 
 
 def output_predictions(model, params, feedback, algorithm_index: int, batch_size: int,
@@ -298,10 +256,6 @@ def output_predictions(model, params, feedback, algorithm_index: int, batch_size
   """(hard output predictions {name: clrs.DataPoint}, the true outputs) of the first
   `max_samples` samples of `feedback`, in learner.evaluate_split's batches: scored
   (`score_predictions`) they give its score."""
-  import clrs
-  import jax
-  import numpy as np
-  from nar_markov.data import pipeline as data
 
   feedback, n_total = data.at_most(feedback, max_samples)
   nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
@@ -321,7 +275,6 @@ def output_predictions(model, params, feedback, algorithm_index: int, batch_size
 
 def score_predictions(preds, truth) -> Dict[str, Any]:
   """clrs.evaluate's score and per-output scores, as learner.evaluate_split reports them."""
-  import clrs
 
   scores = clrs.evaluate(truth, preds)
   return {"score": float(scores["score"]),
@@ -331,8 +284,6 @@ def score_predictions(preds, truth) -> Dict[str, Any]:
 def predictions_changed(a, b) -> float:
   """Share of output predictions (a node's pointer, mask bit or scalar; a one-hot's class)
   that differ between two {name: clrs.DataPoint} of the same samples."""
-  import clrs
-  import numpy as np
 
   changed = total = 0
   for name, dp in a.items():
@@ -347,12 +298,11 @@ def predictions_changed(a, b) -> float:
 def markov_measure(model, zeroed, params, feedback, algorithm_index: int, batch_size: int,
                    max_samples: Optional[int] = None, trained=None) -> Dict[str, Any]:
   """How much the net's outputs on `feedback` depend on h(t-1): its score as trained
-  (`model`), with the history zeroed in every consumer (`zeroed`: `zeroed_config`'s net,
+  (`model`), with the history zeroed in every consumer (`zeroed`: `rule.zeroed_config`'s net,
   same `params`), the share of predictions that change, and the gate norm: ||what the
   processor input receives of h(t-1)||/sqrt(d) over nodes, the steps t >= 1 each trajectory
   has, then samples (the validation curve's `hidden_norm`; for G-ForgetNet ||g * h(t-1)||).
   `trained`: `output_predictions` of `model`, if already made."""
-  from nar_markov.nets import learner
 
   preds, truth = trained or output_predictions(model, params, feedback, algorithm_index,
                                                batch_size, max_samples)
@@ -369,26 +319,6 @@ def markov_measure(model, zeroed, params, feedback, algorithm_index: int, batch_
           "gate_norm": float(norm)}
 
 
-def as_the_run_was_tested(result: Mapping[str, Any], entry: Mapping[str, Any],
-                          split_size: int) -> Optional[Tuple[bool, str]]:
-  """(whether `entry`, a score of the test split, was scored as the run's own test was,
-  a line saying so); None for a run whose result.json records no settings or score.
-  The run tested the first `Protocol.test_max_samples` samples of the split (all: None)."""
-  settings, score = result.get("settings"), result.get("test_score")
-  if not isinstance(settings, dict) or score is None:
-    return None
-  cap = settings.get("test_max_samples")
-  tested = min(split_size, cap or split_size)
-  if entry["num_samples"] == tested:
-    return True, (f"  as the run's test: the test split, {entry['nb_nodes']} nodes, {tested} "
-                  f"samples (its test_score {score})")
-  how = (f"Protocol.test_max_samples = {cap}" if cap else "all of them")
-  again = f"--max-samples {tested}" if cap else "no --max-samples"
-  return False, (f"  not the run's test: its test_score {score} was on the test split, "
-                 f"{entry['nb_nodes']} nodes, {tested} samples ({how}); {again} scores as "
-                 "it did")
-
-
 def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int,
                   max_samples: Optional[int] = None) -> Dict[str, Any]:
   """Per-step accuracy of each hint on `feedback`, the model feeding back its own hint
@@ -399,12 +329,6 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
   step t over the trajectories longer than t ("samples" of them); "overall" is
   clrs.evaluate_hints's, the steps weighted by those counts.
   """
-  import clrs
-  import jax
-  import numpy as np
-  from clrs._src import decoders
-  from nar_markov.data import pipeline as data
-  from nar_markov.nets import model as model_lib
 
   spec = model.specs[algorithm_index]
   feedback, n_total = data.at_most(feedback, max_samples)
@@ -448,10 +372,6 @@ def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: 
   test time, inside haiku's method `interceptor` (which records through jax callbacks).
   `trace`, if given, is an interceptor for a first, abstract pass (jax.eval_shape: no
   computation) before `interceptor` is traced, e.g. to learn the order of the calls."""
-  import haiku as hk
-  import jax
-  from nar_markov.data import pipeline as data
-  from nar_markov.nets import learner
 
   ref = learner.Learner(model.specs, model.nb_dims,
                     dataclasses.replace(model.config, impl="reference"), model.optimizer)
@@ -479,10 +399,6 @@ def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size:
   Computed with the reference net, whose gate3 is the last hk.Linear the processor calls:
   found by tracing the forward pass abstractly (jax.eval_shape), then intercepted.
   """
-  import haiku as hk
-  import jax
-  import jax.numpy as jnp
-  import numpy as np
 
   if model.config.processor != "triplet_gmpnn":
     raise ValueError(f"--update-gate is for triplet_gmpnn, not {model.config.processor!r}")
@@ -532,10 +448,6 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
   history through from one that is shut on most channels and open on a few large ones (the
   penalty is on ||g||, not on what passes).
   """
-  import jax
-  import jax.numpy as jnp
-  import numpy as np
-  from nar_markov.nets import model as model_lib
 
   if model.config.history != "gated":
     raise ValueError(f"--history-gate is for the gated history (G-ForgetNet), not "
@@ -571,106 +483,6 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
                         "rms_h": float(np.sqrt(h2[k] / count))} for k in order[:8]],
       "calls": len(sums),
   }
-
-
-MARKOV_FIELDS = ("score", "score_history_zeroed", "delta", "predictions_changed", "gate_norm",
-                 "scores", "scores_history_zeroed")
-
-
-def markov_record(out: Mapping[str, Any], entry: Mapping[str, Any]) -> Dict[str, Any]:
-  """The run's markov.json (runs.MARKOV_NAME): `entry`, the official test split scored as
-  the run was tested with "markov", of `out` (evaluate_run's answer)."""
-  from nar_markov.config import provenance
-
-  m = entry["markov"]
-  return {
-      "schema": runs.MARKOV_SCHEMA,
-      **{k: out[k] for k in ("model", "algorithm", "seed", "history", "history_scope")},
-      "step": out["step"], "test_score": out["result_test_score"],
-      "reproduces_test_score": m["score"] == out["result_test_score"],
-      **{k: entry[k] for k in ("source", "nb_nodes", "num_samples")},
-      **{k: m[k] for k in MARKOV_FIELDS},
-      "rule": {"scope": MARKOV_SCOPE, "max_delta": MARKOV_MAX_DELTA,
-               "max_changed": MARKOV_MAX_CHANGED, "max_gate_norm": MARKOV_MAX_GATE_NORM},
-      "markov_in_effect": m["markov_in_effect"],
-      "measured_with": provenance.code_version(),
-  }
-
-
-# What a replay must share with the run it stands for, for its measure to be the run's.
-REPLAY_KEYS = ("model", "algorithm", "seed", "val_best_step", "test_score")
-
-
-def missing_params(run_dir) -> Optional[str]:
-  """Why `run_dir` has nothing to score, in one line (None where its params.npz is there):
-  no such folder; a run without params.npz (git keeps none: a committed run) -- replay it,
-  on the CPU kind that trained it for the bit-exact replay --record-for needs."""
-  folder = pathlib.Path(run_dir)
-  if not folder.is_dir():
-    return f"no run folder {run_dir}" + (" (a file)" if folder.exists() else "")
-  if (folder / PARAMS_NAME).exists():
-    return None
-  result = result_of(folder)
-  if result is None:
-    return (f"{run_dir} has no {PARAMS_NAME} and no readable {RESULT_NAME}: not a run "
-            "folder (<results>/<model>/<algorithm>/seed<k>/)")
-  cpu = (result.get("device") or {}).get("host_cpu") or {}
-  kind = (f"{cpu.get('model')}, SIMD {'/'.join(cpu.get('simd') or []) or 'unknown'}"
-          if cpu else "not recorded")
-  return (f"{run_dir} has no {PARAMS_NAME} (git keeps none): replay the run first, "
-          f"python -m nar_markov.tools.replay {run_dir} --results <folder>, and evaluate the "
-          f"replay's run folder (--markov --record-for {run_dir} to record it here); a "
-          f"bit-exact replay needs the CPU kind that trained it (result.json device.host_cpu: "
-          f"{kind})")
-
-
-def result_of(run_dir) -> Optional[dict]:
-  """`run_dir`'s result.json parsed, or None where it has none that parses."""
-  return runs.read_result(pathlib.Path(run_dir) / RESULT_NAME)[0]
-
-
-def replay_problem(run: Mapping[str, Any], replay: Mapping[str, Any]) -> Optional[str]:
-  """Why `replay` (a replay's result.json) is not `run` (the result.json of the run it
-  replays) trained again to the bit, or None when it is."""
-  if not run:
-    return "it has no readable result.json"
-  differ = [f"{k} {replay.get(k)!r} (the run: {run.get(k)!r})" for k in REPLAY_KEYS
-            if replay.get(k) != run.get(k)]
-  if run.get("test_score") is None:
-    differ.insert(0, "the run has no test_score")
-  if differ:
-    return "the replay is not the run again: " + ", ".join(differ)
-  return None
-
-
-def write_markov_record(run_dir, out: Mapping[str, Any], log=print, record_for=None,
-                        replay: Optional[Mapping[str, Any]] = None) -> Optional[pathlib.Path]:
-  """Write `<run_dir>/markov.json` from `out` if it scored the test split as the run was
-  tested with "markov" (else say why not); its path, or None. `record_for`: the run that
-  `run_dir` replays (`replay_problem` is None), into which the record goes instead, naming
-  the replay it was measured on; `replay`: `run_dir`'s result.json as already read (read
-  here when not given)."""
-  from nar_markov.store import util
-
-  tested = [e for e in out["scores"] if e.get("as_tested") and "markov" in e]
-  if not tested:
-    log(f"  {runs.MARKOV_NAME} not written: only the official test split scored as the run "
-        "was tested is the run's record")
-    return None
-  record = markov_record(out, tested[0])
-  if record_for is not None:
-    replay = (result_of(run_dir) if replay is None else replay) or {}
-    record["parameters_from"] = {
-        "replay": str(pathlib.Path(run_dir).resolve()),
-        "replay_commit": replay.get("commit"), "replay_dirty": replay.get("dirty"),
-        "why": "git keeps no params.npz: the run was trained again from its config.gin "
-               "(python -m nar_markov.tools.replay) and reproduced its tested step and test_score "
-               "to the bit; these are the replay's parameters"}
-    run_dir = record_for
-  path = pathlib.Path(run_dir) / runs.MARKOV_NAME
-  runs.atomic_write_bytes(path, json.dumps(util.jsonable(record), indent=1).encode())
-  log(f"wrote {path}")
-  return path
 
 
 def hint_summary(name: str, entry: Mapping[str, Any], below: float = 0.99) -> str:
@@ -727,24 +539,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       f"write <run>/{runs.MARKOV_NAME}")
   parser.add_argument("--record-for", default=None, metavar="RUN",
                       help=f"with --markov: RUN_DIR is a replay of RUN (a committed run "
-                      f"without its {PARAMS_NAME}); write the record into RUN, only if the "
+                      f"without its {runs.PARAMS_NAME}); write the record into RUN, only if the "
                       "replay reproduced its tested step and test_score to the bit")
   args = parser.parse_args(argv)
-  problem = missing_params(args.run_dir)
+  problem = rule.missing_params(args.run_dir)
   if problem:
     parser.exit(2, f"evaluate: error: {problem}\n")
   replay = None
   if args.record_for is not None:
     if not args.markov:
       parser.error("--record-for writes a Markov record: it needs --markov")
-    replay = result_of(args.run_dir) or {}
-    problem = replay_problem(result_of(args.record_for), replay)
+    replay = rule.result_of(args.run_dir) or {}
+    problem = rule.replay_problem(rule.result_of(args.record_for), replay)
     if problem:
       parser.exit(2, f"evaluate: error: --record-for {args.record_for}: {problem}\n")
   if args.max_samples is not None and args.max_samples < 1:
     parser.error("--max-samples must be >= 1")
-  from nar_markov.nets import learner
-  from nar_markov.store import util
   learner.setup_compilation_cache()
   try:
     target = Target(split=args.split, nodes=args.nodes or (), max_samples=args.max_samples,
@@ -757,7 +567,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs.atomic_write_bytes(pathlib.Path(args.json),
                             json.dumps(util.jsonable(out), indent=1).encode())
   if args.markov:
-    write_markov_record(args.run_dir, out, record_for=args.record_for, replay=replay)
+    rule.write_markov_record(args.run_dir, out, record_for=args.record_for, replay=replay)
   return 0
 
 

@@ -1,0 +1,1 @@
+"""The Markov rule and its record (no jax)."""
