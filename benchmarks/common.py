@@ -14,7 +14,11 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional
 
-import jax
+from nar_markov.training import threads
+
+threads.pin_xla_threads()  # the benchmarks train: the committed runs' pool, before jax
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from nar_markov.training import devices
 from nar_markov.store import runs

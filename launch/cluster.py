@@ -29,6 +29,7 @@ from nar_markov.training import experiment
 from nar_markov.config import lambda_heuristic
 from nar_markov.store import runs as runs_lib
 from nar_markov.config import runspec
+from nar_markov.training import threads
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
 MAX_ARRAY_SIZE = 1000
@@ -221,6 +222,7 @@ def _job_environment(kwargs: Mapping[str, Any]) -> Iterator[None]:
   if "gin_files" not in kwargs:
     yield
     return
+  threads.pin_xla_threads()  # a job trains: before its GPU check makes JAX's client
   config_lib.parse_gin(kwargs["gin_files"], kwargs.get("gin_params", ()))
   asked = SlurmResources().gpus_per_task
   cache = compilation_cache_dir(kwargs["results_dir"])  # pylint: disable=no-value-for-parameter

@@ -11,6 +11,12 @@ import textwrap
 from typing import Any, Dict, Optional, Tuple
 
 import pytest
+
+from nar_markov.training import threads
+
+# The suite trains: the committed runs' XLA:CPU pool, pinned before anything imports jax
+# (its subprocesses inherit it).
+threads.pin_xla_threads()
 # Imported before any test captures output: submitit's logger keeps the sys.stderr
 # it finds at import, which inside a capsys test is a stream closed after it (the
 # session then dies with "lost sys.stderr").

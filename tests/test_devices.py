@@ -40,21 +40,30 @@ def _threads_in_a_fresh_process(env_extra, code):
   return out.stdout.split()
 
 
+def test_importing_the_package_sets_no_environment_variable():
+  code = ("import os; before = dict(os.environ); import nar_markov, nar_markov.config.runspec, "
+          "nar_markov.store.runs; print(sorted(set(os.environ.items()) ^ set(before.items())))")
+  assert _threads_in_a_fresh_process({}, code) == ["[]"]
+
+
 @pytest.mark.parametrize("env_extra, want", [
     ({}, ["2", "2"]),                    # not chosen: the committed runs' 2
     ({"NPROC": "5"}, ["None", "5"]),     # chosen: kept
     ({"PJRT_NPROC": "1"}, ["1", "1"]),
 ])
-def test_the_package_pins_xla_cpu_threads_unless_the_process_chose(env_extra, want):
-  code = ("import os, nar_markov; from nar_markov import devices; "
+def test_the_training_entry_points_pin_xla_cpu_threads_unless_the_process_chose(env_extra,
+                                                                                 want):
+  code = ("import os; from nar_markov.training import threads; threads.pin_xla_threads(); "
+          "from nar_markov.training import devices; "
           "print(os.environ.get('PJRT_NPROC'), devices.xla_cpu_threads())")
   assert _threads_in_a_fresh_process(env_extra, code) == want
 
 
-def test_the_package_does_not_pin_a_pool_jax_already_made():
-  code = ("import os, jax; jax.numpy.zeros(1).block_until_ready(); import nar_markov; "
-          "print(os.environ.get('PJRT_NPROC'))")
-  assert _threads_in_a_fresh_process({}, code) == ["None"]
+def test_the_pin_does_not_reach_a_pool_jax_already_made():
+  code = ("import os, jax; jax.numpy.zeros(1).block_until_ready(); "
+          "from nar_markov.training import threads; print(threads.pin_xla_threads(), "
+          "os.environ.get('PJRT_NPROC'))")
+  assert _threads_in_a_fresh_process({}, code) == ["False", "None"]
 
 
 CPUINFO = """processor\t: 0

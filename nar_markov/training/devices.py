@@ -44,7 +44,8 @@ def describe_host_cpu(cpuinfo: Optional[str] = None) -> Dict[str, Any]:
 def xla_cpu_threads() -> int:
   """The threads of XLA:CPU's pool in this process, as XLA counts them
   (`xla::DefaultThreadPoolSize`): PJRT_NPROC, else NPROC, else the CPUs the process
-  may run on.  The package sets PJRT_NPROC = 2 where neither is set (nar_markov/__init__.py):
+  may run on.  The training entry points set PJRT_NPROC = 2 where neither is set
+  (nar_markov/training/threads.py):
   work is split by it, and with it the rounding.  Read from the environment, so it is
   the pool's size as long as nothing changed PJRT_NPROC after JAX made its CPU client."""
   for name in ("PJRT_NPROC", "NPROC"):

@@ -18,6 +18,7 @@ from nar_markov.config import gin_files as config_lib
 from nar_markov.store import runs
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.training import threads
 
 
 @gin.configurable(denylist=["algorithm", "seed", "results_dir"])
@@ -72,6 +73,7 @@ def run_experiment(*,
     raise ValueError(f"a gate penalty needs the gated history (NetConfig.history = "
                      f"'gated'), not {net.history!r}")
   tasks = runspec.make_tasks(model, algorithms, penalty, results_dir, protocol, net)
+  threads.pin_xla_threads()  # before train imports jax and JAX makes its CPU client
   from nar_markov.training import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
   return train.run(runspec.Resolved(
       tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=model,
