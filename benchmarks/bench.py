@@ -97,12 +97,12 @@ import jax
 import numpy as np
 
 from benchmarks import common
-from nar_markov.data import pipeline as data
-from nar_markov.training import devices
-from nar_markov.nets import model as model_lib
 from nar_markov import quiet
+from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 from nar_markov.store import util
+from nar_markov.training import devices
 
 SCHEMA = "nar_markov.bench/1"
 DEFAULT_ALGORITHMS = ("bfs", "insertion_sort", "dfs", "floyd_warshall",

@@ -51,10 +51,10 @@ import jax
 import numpy as np
 
 from benchmarks import common
-from nar_markov.data import pipeline as data
-from nar_markov.nets import model as model_lib
 from nar_markov import quiet
+from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 from nar_markov.store import util
 
 SCHEMA = "nar_markov.bench_seeds/2"  # 2: `machine` as bench.py writes it

@@ -20,9 +20,9 @@ threads.pin_xla_threads()  # the benchmarks train: the committed runs' pool, bef
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from nar_markov.training import devices
 from nar_markov.store import runs
 from nar_markov.store import util
+from nar_markov.training import devices
 
 # One event per backend compilation in jax 0.10.2 (`pxla._cached_compilation`); a
 # persistent-cache hit fires it too.

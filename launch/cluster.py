@@ -22,13 +22,13 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import gin
 import submitit
 
-from nar_markov.training import calibrate
 from nar_markov.config import clrs30
 from nar_markov.config import gin_files as config_lib
-from nar_markov.training import experiment
 from nar_markov.config import lambda_heuristic
-from nar_markov.store import runs as runs_lib
 from nar_markov.config import runspec
+from nar_markov.store import runs as runs_lib
+from nar_markov.training import calibrate
+from nar_markov.training import experiment
 from nar_markov.training import threads
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).

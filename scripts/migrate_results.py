@@ -45,10 +45,10 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from nar_markov.config import lambda_heuristic
-from nar_markov.tools import replay
-from nar_markov.store import runs
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.store import runs
+from nar_markov.tools import replay
 
 # What gin/base.gin imports: the configurables a config.gin binds.
 IMPORTS = ("import nar_markov.training.experiment",

@@ -5,9 +5,9 @@ import contextlib
 import dataclasses
 from typing import Any, Dict, List
 
-from nar_markov.training import experiment
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.training import experiment
 
 NET_FIELDS = {f.name for f in dataclasses.fields(NetConfig)}
 PROTOCOL_FIELDS = {f.name for f in dataclasses.fields(runspec.Protocol)}

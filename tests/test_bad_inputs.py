@@ -8,9 +8,9 @@ import pytest
 
 from launch import cluster
 from launch import sweep
-from nar_markov.probes import evaluate
 from nar_markov.config import netconfig
 from nar_markov.config import runspec
+from nar_markov.probes import evaluate
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 BFS = ["--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]"]

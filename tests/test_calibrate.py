@@ -8,13 +8,13 @@ import gin
 import numpy as np
 import pytest
 
-from nar_markov.training import calibrate
 from nar_markov.config import gin_files as config
-from nar_markov.training import experiment
 from nar_markov.config import lambda_heuristic
-from nar_markov.tools import replay
-from nar_markov.store import runs
 from nar_markov.config import runspec
+from nar_markov.store import runs
+from nar_markov.tools import replay
+from nar_markov.training import calibrate
+from nar_markov.training import experiment
 
 import flat
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from nar_markov.data import pipeline as data
-from nar_markov.nets import model as model_lib
 from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 
 HIDDEN = 16
 NB_TRIPLET_FTS = 4

@@ -90,8 +90,8 @@ def test_params_io_imports_no_jax():
 def saved_run(tmp_path_factory, data_cache_dir):
   """A freshly initialised tiny G-ForgetNet on bfs, saved as a run folder would be."""
   from nar_markov.data import pipeline as data
-  from nar_markov.nets import model as model_lib
   from nar_markov.nets import learner
+  from nar_markov.nets import model as model_lib
 
   val = data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir))
   nb_dims = model_lib.nb_dims_of(val)
@@ -115,8 +115,8 @@ def saved_run(tmp_path_factory, data_cache_dir):
 
 def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
   from nar_markov.data import pipeline as data
-  from nar_markov.probes import evaluate
   from nar_markov.nets import learner
+  from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
   test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
@@ -142,8 +142,8 @@ def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
 
 
 def test_cli_scores_fresh_graphs_of_other_sizes(saved_run, tmp_path, capsys):
-  from nar_markov.probes import evaluate
   from nar_markov.nets import learner
+  from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
   out_json = tmp_path / "scores.json"
@@ -180,9 +180,9 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
 def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_dir):
   """Saved with meta['algorithms'] (the algorithm_index order) and nb_dims per algorithm."""
   from nar_markov.data import pipeline as data
-  from nar_markov.probes import evaluate
-  from nar_markov.nets import model as model_lib
   from nar_markov.nets import learner
+  from nar_markov.nets import model as model_lib
+  from nar_markov.probes import evaluate
 
   algorithms = [ALGORITHM, "minimum"]
   vals = [data.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]

@@ -17,8 +17,8 @@ import pytest
 
 from nar_markov.data import pipeline as data
 from nar_markov.nets import fastnet
-from nar_markov.nets import model as model_lib
 from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 
 HIDDEN = 8
 

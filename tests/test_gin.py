@@ -7,9 +7,9 @@ import gin
 import pytest
 
 from nar_markov.config import gin_files as config
+from nar_markov.config import runspec
 from nar_markov.data import pipeline as data
 from nar_markov.training import experiment
-from nar_markov.config import runspec
 
 GIN_DIR = config.GIN_DIR
 SMOKE = ["Protocol.train_steps = 2", "Protocol.eval_every_steps = 2",

@@ -22,11 +22,11 @@ import sys
 
 import pytest
 
-from nar_markov.training import calibrate
 from nar_markov.config import gin_files as config
-from nar_markov.training import devices
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.training import calibrate
+from nar_markov.training import devices
 
 import flat
 

@@ -17,8 +17,8 @@ from clrs._src import nets
 from clrs._src import processors
 
 from nar_markov.data import pipeline as data
-from nar_markov.nets import model as model_lib
 from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 
 HIDDEN = 8
 NB_NODES = 5

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nar_markov.nets import model as model_lib
 from nar_markov.nets import learner
+from nar_markov.nets import model as model_lib
 
 HIDDEN = 16
 NB_NODES = 5

@@ -18,11 +18,11 @@ from launch import cluster
 from launch import jobs as jobs_lib
 from launch import sweep
 from nar_markov.data import pipeline as data
-from nar_markov.training import experiment
-from nar_markov.nets import model as model_lib
 from nar_markov.nets import learner
-from nar_markov.store import util
+from nar_markov.nets import model as model_lib
 from nar_markov.store import runs as runs_lib
+from nar_markov.store import util
+from nar_markov.training import experiment
 
 import conftest
 import flat

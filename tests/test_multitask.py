@@ -14,14 +14,14 @@ import optax
 import pytest
 
 from nar_markov.config import gin_files as config_lib
+from nar_markov.config import runspec
 from nar_markov.data import pipeline as data
-from nar_markov.training import devices
-from nar_markov.training import experiment
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs as runs_lib
-from nar_markov.config import runspec
 from nar_markov.store import util
+from nar_markov.training import devices
+from nar_markov.training import experiment
 
 import conftest
 import flat

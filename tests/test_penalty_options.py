@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from nar_markov.config import lambda_heuristic
-from nar_markov.store import runs
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.store import runs
 
 import flat
 

@@ -5,19 +5,21 @@ the same (nar_markov/tools/replay.py, scripts/migrate_results.py, nar_markov/con
 import dataclasses
 import json
 import pathlib
+import subprocess
+import sys
 
 import gin
 import pytest
 
-from nar_markov.training import calibrate
 from nar_markov.config import gin_files as config
-from nar_markov.training import experiment
 from nar_markov.config import lambda_heuristic
+from nar_markov.training import calibrate
+from nar_markov.training import experiment
 from scripts import migrate_results
 from nar_markov.config import provenance
-from nar_markov.tools import replay
-from nar_markov.store import runs
 from nar_markov.config import runspec
+from nar_markov.store import runs
+from nar_markov.tools import replay
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = [p.parent for p in runs.result_files(REPO / "results")]
@@ -129,14 +131,42 @@ def test_committed_config_gin_import_todays_modules():
 
 
 def test_a_moved_module_is_imported_from_its_new_home():
-  text = ("import nar_markov.cluster\nimport nar_markov.training.experiment as nar_markov2\n\n"
-          "slurm_resources.cpus_per_task = 2\nrun_experiment.model = 'forget'\n")
+  """A config.gin of the flat layout imports the subpackages' modules, and nothing of the
+  launcher (its import and bindings dropped), so it parses without launch/ or submitit."""
+  text = ("import nar_markov.cluster\nimport nar_markov.experiment as nar_markov2\n"
+          "import nar_markov.netconfig as nar_markov3\n\n"
+          "# Parameters for slurm_resources:\n# ====\nslurm_resources.cpus_per_task = 2\n\n"
+          "sweep_axes.seeds = %SEEDS\nrun_experiment.model = 'forget'\n")
   out = migrate_results.migrate_config(text, None)
-  assert out == text.replace("import nar_markov.cluster", "import launch.cluster")
+  assert out == ("import nar_markov.training.experiment as nar_markov2\n"
+                 "import nar_markov.config.netconfig as nar_markov3\n\n"
+                 "run_experiment.model = 'forget'\n")
   assert migrate_results.migrate_config(out, None) == out  # idempotent
   config.parse_gin([], [])
-  gin.parse_config(out)  # the launcher's configurables resolve from their new home
-  assert config.bound_value("slurm_resources.cpus_per_task") == 2
+  gin.parse_config(out)
+  assert config.bound_value("run_experiment.model") == "forget"
+
+
+def test_committed_config_gin_parse_without_the_launcher():
+  """Every committed config.gin parses in a process where submitit cannot be imported and
+  launch/ is never imported."""
+  code = ("import importlib.abc, pathlib, sys\n"
+          "class Block(importlib.abc.MetaPathFinder):\n"
+          "  def find_spec(self, name, path=None, target=None):\n"
+          "    if name.split('.')[0] in ('submitit', 'launch'):\n"
+          "      raise ImportError(name + ' blocked')\n"
+          "sys.meta_path.insert(0, Block())\n"
+          "from nar_markov.config import gin_files\n"
+          "paths = sorted(pathlib.Path('results').glob('**/config.gin'))\n"
+          "for p in paths:\n"
+          "  gin_files.parse_gin([str(p)])\n"
+          "print(len(paths), sorted(m for m in sys.modules if m.split('.')[0] in "
+          "('submitit', 'launch', 'jax')))\n")
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       timeout=600, check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  count, modules = out.stdout.split(maxsplit=1)
+  assert int(count) > 100 and modules.strip() == "[]", out.stdout
 
 
 OLD_GIN = """\

@@ -26,10 +26,10 @@ from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import submit
 from launch import sweep
-from nar_markov.state import checkpoint
 from nar_markov.config import gin_files as config
-from nar_markov.store import runs
 from nar_markov.config import runspec
+from nar_markov.state import checkpoint
+from nar_markov.store import runs
 
 import flat
 

@@ -24,8 +24,8 @@ from launch import cluster
 from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
-from nar_markov.training import experiment
 from nar_markov.store import runs as runs_lib
+from nar_markov.training import experiment
 
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
 

@@ -6,9 +6,9 @@ import jax
 import numpy as np
 import pytest
 
+from nar_markov.config import runspec
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs
-from nar_markov.config import runspec
 
 import flat
 

@@ -29,8 +29,8 @@ import numpy as np
 from nar_markov.config import clrs30
 from nar_markov.config import gin_files as config_lib
 from nar_markov.config import lambda_heuristic
-from nar_markov.store import runs
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.store import runs
 
 VALIDATION_MODES = clrs30.VALIDATION_MODES
 

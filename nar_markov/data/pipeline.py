@@ -33,8 +33,8 @@ import clrs
 from clrs._src import samplers as clrs_samplers
 import numpy as np
 
-from nar_markov.config import clrs30
 from nar_markov import quiet
+from nar_markov.config import clrs30
 
 # CLRS-30's names and train sizes live in nar_markov.config.clrs30 (no clrs import there).
 ALGORITHMS = clrs30.ALGORITHMS

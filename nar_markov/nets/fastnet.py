@@ -30,9 +30,9 @@ from clrs._src import encoders
 from clrs._src import probing
 from clrs._src import specs
 
+from nar_markov.config.netconfig import FAST_PROCESSORS
 from nar_markov.data import pipeline as data
 from nar_markov.nets import model as model_lib
-from nar_markov.config.netconfig import FAST_PROCESSORS
 
 _Stage = specs.Stage
 _Location = specs.Location

@@ -15,11 +15,11 @@ import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from nar_markov.config import lambda_heuristic
-from nar_markov.store import runs
 from nar_markov.config import runspec
-from nar_markov.store import util
 from nar_markov.state.lambda_schedule import LambdaSchedule
 from nar_markov.state.selection import Selection
+from nar_markov.store import runs
+from nar_markov.store import util
 
 # The one loop's checkpoints: a list per algorithm (curves, streams, definitions).
 FORMAT = 2

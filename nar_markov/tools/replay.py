@@ -24,8 +24,8 @@ import shutil
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from nar_markov.config import gin_files as config_lib
 from nar_markov import quiet
+from nar_markov.config import gin_files as config_lib
 from nar_markov.store import runs
 
 

@@ -24,10 +24,10 @@ import statistics
 import sys
 from typing import Any, Dict, Optional, Sequence
 
-from nar_markov.training import experiment
 from nar_markov import quiet
-from nar_markov.store import runs
 from nar_markov.config import runspec
+from nar_markov.store import runs
+from nar_markov.training import experiment
 from nar_markov.config.lambda_heuristic import (
     RECORD_SCHEMA, CalibrationError, LambdaHeuristic, atomic_write_json,
     check_results_dir, continuation_state, format_records, lambda0_results_dir, load_lambda,

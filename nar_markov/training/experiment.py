@@ -15,9 +15,9 @@ from typing import Any, List, Optional, Sequence, Union
 import gin
 
 from nar_markov.config import gin_files as config_lib
-from nar_markov.store import runs
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.store import runs
 from nar_markov.training import threads
 
 

@@ -21,17 +21,17 @@ import jax
 import numpy as np
 import optax
 
-from nar_markov.state import checkpoint
-from nar_markov.data import pipeline as data
-from nar_markov.training import devices
 from nar_markov.config import lambda_heuristic
+from nar_markov.config import provenance
+from nar_markov.config import runspec
+from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
+from nar_markov.state import checkpoint
 from nar_markov.store import params_io
-from nar_markov.config import provenance
 from nar_markov.store import runs
-from nar_markov.config import runspec
 from nar_markov.store import util
+from nar_markov.training import devices
 
 
 def run(resolved: runspec.Resolved) -> Any:
