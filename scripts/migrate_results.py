@@ -44,6 +44,9 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+if __package__ in (None, ""):  # run by path: the repository root first, as benchmarks/ do
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
