@@ -35,6 +35,7 @@ if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banner
 
 from benchmarks import bench
 from benchmarks import common
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 
@@ -50,7 +51,7 @@ ORDERS = (("heaps", "one", "clrs"), ("one", "clrs", "heaps"), ("clrs", "heaps", 
 
 
 def ab(algorithm: str, blocks: int, hidden: int = 128, batch: int = 32,
-       lengths=data.TRAIN_LENGTHS, heap_mib: int = 30) -> Dict[str, Any]:
+       lengths=clrs30.TRAIN_LENGTHS, heap_mib: int = 30) -> Dict[str, Any]:
   """The three trainers' per-size and overall step times, faults and ratios."""
   stream = bench.ClrsTrainStream(algorithm, seed=0, batch_size=batch, lengths=tuple(lengths))
   first = next(stream)

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from benchmarks import bench
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -47,7 +48,7 @@ def _learner(name: str, algorithm: str, nb_dims, hidden: int) -> learner.Learner
 
 
 def ab(algorithm: str, reps: int, hidden: int = 128, batch: int = 32,
-       lengths=data.TRAIN_LENGTHS):
+       lengths=clrs30.TRAIN_LENGTHS):
   """{variant: [median ms per train size]}."""
   stream = bench.ClrsTrainStream(algorithm, seed=0, batch_size=batch, lengths=tuple(lengths))
   drawn = [next(stream) for _ in stream.lengths]

@@ -98,6 +98,7 @@ import numpy as np
 
 from benchmarks import common
 from nar_markov import quiet
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -294,7 +295,7 @@ def _summary(times: Sequence[float], nb_nodes: Sequence[int],
 
 def measure_steady_state(algorithm: str, *, steps: int = 30, hidden: int = 128,
                          batch: int = 32,
-                         lengths: Sequence[int] = data.TRAIN_LENGTHS,
+                         lengths: Sequence[int] = clrs30.TRAIN_LENGTHS,
                          seed: int = 0, counter: Optional[common.CompileCounter] = None
                          ) -> Dict[str, Any]:
   """Median train step time of ours and clrs's, alternating blocks."""
@@ -857,7 +858,7 @@ def markdown_table(report: Dict[str, Any]) -> str:
 
 
 def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
-              batch: int = 32, lengths: Sequence[int] = data.TRAIN_LENGTHS,
+              batch: int = 32, lengths: Sequence[int] = clrs30.TRAIN_LENGTHS,
               compile_steps: int = 200, compile_hidden: Optional[int] = None,
               parallel_compile_workers: bool = False,
               ood: bool = True, ood_samples: Optional[int] = None, seed: int = 0,
@@ -982,7 +983,7 @@ def _parser() -> argparse.ArgumentParser:
                  help="timed steady-state steps per implementation (minimum)")
   p.add_argument("--hidden", type=int, default=128)
   p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--lengths", type=common.int_list, default=list(data.TRAIN_LENGTHS),
+  p.add_argument("--lengths", type=common.int_list, default=list(clrs30.TRAIN_LENGTHS),
                  help="train sizes (string matchers: max * 5 // 4)")
   p.add_argument("--compile-steps", type=int, default=200,
                  help="length of the compile-counting runs; 0 skips them")
@@ -1038,7 +1039,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
   algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
   if algorithms == ["all"]:
-    algorithms = list(data.ALGORITHMS)
+    algorithms = list(clrs30.ALGORITHMS)
   try:
     for a in algorithms:
       data.check_algorithm(a)

@@ -52,6 +52,7 @@ import numpy as np
 
 from benchmarks import common
 from nar_markov import quiet
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -69,7 +70,7 @@ def _shape_key(tree) -> tuple:
 
 def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
         hidden: int = 128, batch: int = 32,
-        lengths: Sequence[int] = data.TRAIN_LENGTHS, history: str = "full",
+        lengths: Sequence[int] = clrs30.TRAIN_LENGTHS, history: str = "full",
         seed: int = 0) -> Dict[str, Any]:
   """The measurement; returns the JSON report."""
   if k < 1 or steps < 1 or rounds < 1:
@@ -230,7 +231,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  help="timed rounds, alternating which side goes first (default 2)")
   p.add_argument("--hidden", type=int, default=128)
   p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--lengths", type=common.int_list, default=list(data.TRAIN_LENGTHS))
+  p.add_argument("--lengths", type=common.int_list, default=list(clrs30.TRAIN_LENGTHS))
   p.add_argument("--history", default="full", choices=model_lib.HISTORY_POLICIES,
                  help="the net's history policy (baseline: full)")
   p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")

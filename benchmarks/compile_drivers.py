@@ -51,6 +51,7 @@ import numpy as np
 
 from benchmarks import bench
 from benchmarks import common
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -181,7 +182,7 @@ def step_of(variant: str, algorithm: str, feedback, spec, hidden: int, seed: int
   return net.train_step, args
 
 
-def shapes_per_run(algorithm: str, lengths: Sequence[int] = data.TRAIN_LENGTHS) -> Dict[str, Any]:
+def shapes_per_run(algorithm: str, lengths: Sequence[int] = clrs30.TRAIN_LENGTHS) -> Dict[str, Any]:
   """The train shapes (nodes, hint time) a run compiles, and its evaluation steps."""
   sizes = data.train_lengths(algorithm, lengths)
   measured = data._trajectory_lengths()[algorithm]["train_T"]  # pylint: disable=protected-access

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from benchmarks import common
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -55,7 +56,7 @@ def _digest(tree) -> str:
 
 
 def fingerprint(algorithm: str, history: str, steps: int) -> Dict[str, Any]:
-  lengths = (16,) if algorithm in data.STRING_MATCHERS else (4, 7)
+  lengths = (16,) if algorithm in clrs30.STRING_MATCHERS else (4, 7)
   stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=lengths)
   batches = [next(stream) for _ in range(steps)]
   config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=NB_TRIPLET_FTS,
@@ -108,7 +109,7 @@ def compare(a: Dict[str, Any], b: Dict[str, Any]) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   p = argparse.ArgumentParser(prog="python benchmarks/fingerprint.py",
                               description=__doc__.splitlines()[0])
-  p.add_argument("--algorithms", default=",".join(data.ALGORITHMS))
+  p.add_argument("--algorithms", default=",".join(clrs30.ALGORITHMS))
   p.add_argument("--histories", default="full,none,gated")
   p.add_argument("--steps", type=int, default=6)
   p.add_argument("--out", default=None)

@@ -69,6 +69,7 @@ import optax
 
 from benchmarks import bench
 from benchmarks import common
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 from nar_markov.nets import model as model_lib
 
@@ -676,7 +677,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--impl", default="ours", help="ours, clrs or ours,clrs")
   p.add_argument("--hidden", type=int, default=128)
   p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--lengths", type=common.int_list, default=list(data.TRAIN_LENGTHS))
+  p.add_argument("--lengths", type=common.int_list, default=list(clrs30.TRAIN_LENGTHS))
   p.add_argument("--reps", type=int, default=2)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--out", default=None)

@@ -11,6 +11,7 @@ import gin
 import numpy as np
 import pytest
 
+from nar_markov.config import clrs30
 from nar_markov.data import pipeline as data
 
 
@@ -60,8 +61,8 @@ def nsm_test(cache):
 
 
 def test_algorithms_are_clrs30_in_order():
-  assert data.ALGORITHMS == tuple(clrs.specs.CLRS_30_ALGS)
-  assert len(data.ALGORITHMS) == 30
+  assert clrs30.ALGORITHMS == tuple(clrs.specs.CLRS_30_ALGS)
+  assert len(clrs30.ALGORITHMS) == 30
   assert data.check_algorithm("bfs") == "bfs"
 
 
@@ -69,7 +70,7 @@ def test_unknown_algorithm_lists_the_30_valid_names(cache):
   with pytest.raises(ValueError) as e:
     data.check_algorithm("bfs_typo")
   assert "bfs_typo" in str(e.value)
-  assert all(name in str(e.value) for name in data.ALGORITHMS)
+  assert all(name in str(e.value) for name in clrs30.ALGORITHMS)
   with pytest.raises(ValueError, match="naive_string_matcher"):
     data.load_split("dijkstraa", "test", cache_dir=cache)
   with pytest.raises(ValueError, match="floyd_warshall"):
@@ -85,7 +86,7 @@ def test_cli_unknown_algorithm_exits_nonzero_listing_names(tmp_path):
       capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode != 0
   assert "bogus" in proc.stderr
-  assert all(name in proc.stderr for name in data.ALGORITHMS)
+  assert all(name in proc.stderr for name in clrs30.ALGORITHMS)
   assert not list(tmp_path.iterdir())  # nothing sampled or cached
 
 
@@ -143,13 +144,13 @@ def test_a_cached_split_is_reloaded_without_sampling(tmp_path, monkeypatch,
 
 
 def test_split_settings_apply_the_clrs30_multipliers():
-  for algorithm in data.ALGORITHMS:
+  for algorithm in clrs30.ALGORITHMS:
     multiplier = clrs.CLRS_30_ALGS_SETTINGS[algorithm]["num_samples_multiplier"]
     test = data.split_settings(algorithm, "test")
     assert test == {"seed": 3, "length": 64, "num_samples": 32 * multiplier}
     val = data.split_settings(algorithm, "val")
     assert val["seed"] == 2 and val["num_samples"] == 32 * multiplier
-    assert val["length"] == (20 if algorithm in data.STRING_MATCHERS else 16)
+    assert val["length"] == (20 if algorithm in clrs30.STRING_MATCHERS else 16)
   assert data.split_settings("naive_string_matcher", "test")["num_samples"] == 2048
   assert data.split_settings("bfs", "test")["num_samples"] == 32
   assert data.split_settings("quickselect", "test")["num_samples"] == 2048
@@ -336,7 +337,7 @@ def test_time_bucket_rule():
 
 
 def test_trajectory_bounds_are_the_measured_maxima():
-  table = json.loads(data._TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]  # pylint: disable=protected-access
+  table = json.loads(clrs30.TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]  # pylint: disable=protected-access
   for algorithm, bound in data.T_BOUND.items():
     for n, measured in table[algorithm]["train_T"].items():
       assert measured == eval(bound, {"n": int(n), "ceil": math.ceil,  # pylint: disable=eval-used
@@ -478,4 +479,4 @@ def test_clrs30_facts_without_clrs_are_clrs_s():
   """nar_markov.config.clrs30 (imported by the launcher, no clrs) agrees with dm-clrs."""
   import clrs  # pylint: disable=g-import-not-at-top
   from nar_markov.config import clrs30  # pylint: disable=g-import-not-at-top
-  assert clrs30.ALGORITHMS == tuple(clrs.specs.CLRS_30_ALGS) == data.ALGORITHMS
+  assert clrs30.ALGORITHMS == tuple(clrs.specs.CLRS_30_ALGS)

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from nar_markov.config import clrs30
+
 from nar_markov.data import pipeline as data
 from nar_markov.nets import fastnet
 from nar_markov.nets import learner
@@ -37,14 +39,14 @@ HIDDEN = 8
 # bridges (edge mask output), articulation_points (node mask output) and
 # kmp_matcher (graph mask hints) add a long-trajectory graph algorithm of
 # each kind and the second string matcher.
-ALGORITHMS = list(data.ALGORITHMS)
+ALGORITHMS = list(clrs30.ALGORITHMS)
 
 
 @functools.lru_cache(maxsize=None)
 def _batch(algorithm, extra_steps=2, batch_size=3):
   """(spec, a padded train batch): drawn once per process and arguments (both
   processors' comparisons read the same batch; nothing writes to it)."""
-  nb_nodes = data.MIN_STRING_MATCHER_NODES + 3 if "matcher" in algorithm else 5
+  nb_nodes = clrs30.MIN_STRING_MATCHER_NODES + 3 if "matcher" in algorithm else 5
   sampler, _ = clrs.build_sampler(algorithm, num_samples=-1, length=nb_nodes,
                                   seed=0, **data.train_sampler_kwargs(algorithm))
   feedback = data.preprocess_feedback(algorithm, sampler.next(batch_size),

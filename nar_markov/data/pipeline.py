@@ -37,9 +37,7 @@ from nar_markov import quiet
 from nar_markov.config import clrs30
 
 # CLRS-30's names and train sizes live in nar_markov.config.clrs30 (no clrs import there).
-ALGORITHMS = clrs30.ALGORITHMS
 SPLITS = ("train", "val", "test")
-TRAIN_LENGTHS = clrs30.TRAIN_LENGTHS
 
 # examples/run.py PRED_AS_INPUT_ALGOS: pred_h is constant along these
 # trajectories, so it is an input, not a hint.
@@ -48,19 +46,15 @@ PRED_AS_INPUT_ALGOS = frozenset([
     "find_maximum_subarray_kadane", "matrix_chain_order", "lcs_length",
     "optimal_bst", "activity_selector", "task_scheduling",
     "naive_string_matcher", "kmp_matcher", "jarvis_march"])
-STRING_MATCHERS = clrs30.STRING_MATCHERS
 # run.py: "Choose a lower connection probability for the above algorithms,
 # otherwise trajectories are very long".
 _HALF_P_ALGOS = ("articulation_points", "bridges", "mst_kruskal",
                  "bipartite_matching")
-_TRAIN_LENGTH_NEEDLE = clrs30.TRAIN_LENGTH_NEEDLE
-MIN_STRING_MATCHER_NODES = clrs30.MIN_STRING_MATCHER_NODES
 # The string matchers are validated at their training size (module docstring).
 _STRING_MATCHER_VAL_LENGTH = 20
 
 _CACHE_FORMAT = 1
 _CACHE_ENV = "NAR_MARKOV_CACHE"
-_TRAJECTORY_LENGTHS_FILE = clrs30.TRAJECTORY_LENGTHS_FILE
 
 
 check_algorithm = clrs30.check_algorithm
@@ -164,7 +158,7 @@ def nb_samples_of(feedback: clrs.Feedback) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _trajectory_lengths() -> Dict[str, Any]:
-  return json.loads(_TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]
+  return json.loads(clrs30.TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]
 
 
 # Algorithms whose hint-trajectory length at n nodes has an upper bound (a
@@ -297,7 +291,7 @@ def train_sampler_kwargs(algorithm: str) -> Dict[str, Any]:
   p = tuple([0.1 + 0.1 * i for i in range(9)])
   if algorithm in _HALF_P_ALGOS:
     p = tuple(np.array(p) / 2)
-  kwargs = dict(p=p, length_needle=_TRAIN_LENGTH_NEEDLE)
+  kwargs = dict(p=p, length_needle=clrs30.TRAIN_LENGTH_NEEDLE)
   # clrs.build_sampler drops the rest too, but logs a warning per sampler.
   accepted = inspect.signature(
       clrs_samplers.SAMPLERS[algorithm]._sample_data).parameters  # pylint: disable=protected-access
@@ -314,7 +308,7 @@ class TrainStream:
   """
 
   def __init__(self, algorithm: str, seed: int, batch_size: int = 32,
-               lengths: Sequence[int] = TRAIN_LENGTHS):
+               lengths: Sequence[int] = clrs30.TRAIN_LENGTHS):
     self.algorithm = check_algorithm(algorithm)
     self.seed = int(seed)
     self.batch_size = int(batch_size)
@@ -392,12 +386,11 @@ def stream_seed(seed: int, algorithm: str, algorithms: Sequence[str]) -> int:
 # --------------------------------------------------------------------------
 # Validation, as run.py validates.
 
-VALIDATION_MODES = clrs30.VALIDATION_MODES
 _VAL_BATCH_SIZE = 32  # run.py's val_args batch_size
 
 
 def validation_sampler_seed(algorithm: str, seed: int,
-                            lengths: Sequence[int] = TRAIN_LENGTHS) -> int:
+                            lengths: Sequence[int] = clrs30.TRAIN_LENGTHS) -> int:
   """run.py's val sampler seed: the `randint` after the train samplers'.
 
   run.py's create_samplers draws, from one `RandomState(seed)`, one seed per
@@ -421,9 +414,9 @@ class ValidationPool:
   """
 
   def __init__(self, algorithm: str, seed: int,
-               lengths: Sequence[int] = TRAIN_LENGTHS, mode: str = "resample"):
-    if mode not in VALIDATION_MODES:
-      raise ValueError(f"unknown validation mode {mode!r}; valid: {VALIDATION_MODES}")
+               lengths: Sequence[int] = clrs30.TRAIN_LENGTHS, mode: str = "resample"):
+    if mode not in clrs30.VALIDATION_MODES:
+      raise ValueError(f"unknown validation mode {mode!r}; valid: {clrs30.VALIDATION_MODES}")
     self.algorithm = check_algorithm(algorithm)
     self.mode = mode
     self.nb_nodes = max(train_lengths(algorithm, lengths))
@@ -477,7 +470,7 @@ def split_settings(algorithm: str, split: str) -> Dict[str, int]:
   _check_split(split)
   official = clrs.CLRS30[split]
   length = official["length"]
-  if split == "val" and algorithm in STRING_MATCHERS:
+  if split == "val" and algorithm in clrs30.STRING_MATCHERS:
     length = _STRING_MATCHER_VAL_LENGTH
   multiplier = clrs.CLRS_30_ALGS_SETTINGS[algorithm]["num_samples_multiplier"]
   return {"seed": official["seed"], "length": length,
@@ -685,7 +678,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
   if args.all:
     print(f"cache: {resolve_cache_dir(args.cache_dir)}", flush=True)
-    for i, algorithm in enumerate(ALGORITHMS):
+    for i, algorithm in enumerate(clrs30.ALGORITHMS):
       parts = []
       t0 = time.time()
       for split in ("val", "test"):
@@ -695,7 +688,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parts.append(f"{split} {nb_samples_of(feedback)}x{nb_nodes_of(feedback)}"
                      f" {how} {time.time() - t:.1f}s {size_mb:.1f}MB")
         del feedback
-      print(f"[{i + 1:2d}/{len(ALGORITHMS)}] {algorithm}: " + ", ".join(parts)
+      print(f"[{i + 1:2d}/{len(clrs30.ALGORITHMS)}] {algorithm}: " + ", ".join(parts)
             + f" ({time.time() - t0:.1f}s)", flush=True)
     return 0
 
