@@ -368,9 +368,10 @@ def _defines_macro(name: str) -> bool:
   return True
 
 
-def _axes() -> Dict[str, Any]:
-  """`sweep_axes()` of the parsed gin files, checked: one ValueError per problem."""
-  # A sweep_axes.<axis> binding wins; else the macro gin/base.gin defines.
+def bound_axes() -> Dict[str, Any]:
+  """`sweep_axes()` of the parsed gin files, unchecked: a `sweep_axes.<axis>` binding wins,
+  else the macro gin/base.gin defines (AXES); raises gin's error where a required one is
+  missing."""
   macros = {}
   for axis, macro in AXES.items():
     try:
@@ -378,8 +379,13 @@ def _axes() -> Dict[str, Any]:
     except ValueError:
       if _defines_macro(macro):
         macros[axis] = config_lib.bound_value(f"{macro}/macro.value")
+  return sweep_axes(**macros)
+
+
+def _axes() -> Dict[str, Any]:
+  """`sweep_axes()` of the parsed gin files, checked: one ValueError per problem."""
   try:
-    axes = sweep_axes(**macros)
+    axes = bound_axes()
   except (RuntimeError, TypeError) as e:  # gin: a required binding is missing
     raise ValueError(f"the sweep's axes are not set in the gin files (the macros "
                      f"ALGORITHMS and SEEDS of gin/base.gin, or sweep_axes.*): {e}") from None

@@ -218,7 +218,7 @@ def settings_from_gin() -> Dict[str, Any]:
       "train_steps", "batch_size", "train_lengths", "eval_every_steps",
       "val_max_samples", "test_max_samples", "schedule_steps", "test_every_steps")}
   out["hidden_size"] = net.hidden_size
-  out["seeds_per_job"] = cluster.sweep_axes()["seeds_per_job"]
+  out["seeds_per_job"] = cluster.bound_axes()["seeds_per_job"]
   out["gpus_per_task"] = cluster.SlurmResources().gpus_per_task
   if isinstance(out["train_lengths"], Mapping):   # per algorithm
     out["train_lengths"] = None
