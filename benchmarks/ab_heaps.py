@@ -5,7 +5,7 @@
 For each algorithm, three trainers from the same seed on the same `bench.ClrsTrainStream`
 batches: `heaps` (ours with its compiled step's scratch in heaps of `--heap-mib` MiB,
 `NetConfig.xla_heap_mib`), `one` (ours with XLA's one scratch buffer, `xla_heap_mib = 0`; the
-same bits, docs/performance.md "Scratch in heaps") and `clrs` (dm-clrs's BaselineModel, as
+same bits, docs/running.md "Scratch in heaps") and `clrs` (dm-clrs's BaselineModel, as
 bench.py runs it).  After a warm-up block, `--blocks` blocks of one batch per train size;
 each block runs the three in turn, in the orders of ORDERS.  Recorded per trainer: the median
 ms and minor page faults per step at each size, the median and mean step, and the
@@ -45,7 +45,7 @@ TRAINERS = ("heaps", "one", "clrs")
 # "clrs"), every trainer's first (smallest) step follows each other trainer's last
 # (largest) one 3 times in 6 blocks, and each trainer runs first, second and third twice.
 # A plain rotation did not balance that: "heaps" followed dm-clrs's largest step in 5 of
-# 6 blocks, and its small steps read slower (docs/performance.md, "Scratch in heaps").
+# 6 blocks, and its small steps read slower (docs/running.md, "Scratch in heaps").
 ORDERS = (("heaps", "one", "clrs"), ("one", "clrs", "heaps"), ("clrs", "heaps", "one"),
           ("heaps", "clrs", "one"), ("clrs", "one", "heaps"), ("one", "heaps", "clrs"))
 

@@ -3,7 +3,7 @@
     python benchmarks/gpu_check.py [--rows ROWS] [--budget-s 450] [--out FILE.json] [--tiny]
     python benchmarks/gpu_check.py --cost-figures CHECK.json [--out launch/cost_gpu.json]
 
-One command for a GPU host (docs/compilation.md, "The GPU check"), every measurement in
+One command for a GPU host (docs/running.md, "The GPU check"), every measurement in
 fresh processes, the JSON rewritten after each (default `$OUT/gpu_check.json` where
 $OUT is set, else ./gpu_check.json; each process's log beside it).  `--rows` lists the
 rows, each `name[@lever+lever...]`; the default, DEFAULT_ROWS, fits `--budget-s`

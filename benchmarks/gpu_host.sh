@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check on an offline GPU host whose Python image lacks this project's pure-Python
-# packages (docs/cluster.md, "On a GPU host"): installs the wheels of .whl/ (where there is
+# packages (docs/running.md, "On a GPU host"): installs the wheels of .whl/ (where there is
 # one) into a folder of their own, puts dm-clrs's tensorflow stand-ins of stubs/ (where
 # there are some) on the path, prints the devices JAX sees, then runs
 # benchmarks/gpu_check.py with the arguments given.

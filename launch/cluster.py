@@ -5,7 +5,7 @@ sweep's axes, `AXES`), and submits the runs that are not done as `Job`s: a funct
 (`experiment.run_from_gin`, `calibrate.calibrate_from_gin`) called with strings and ints,
 so that a job pickles, prints and re-creates anywhere.  A job starts by checking that it
 got the GPUs it asked for and by pointing JAX's compilation cache at the sweep's
-(`compilation_cache_dir`).  Requeue, preemption, GPUs: docs/cluster.md.
+(`compilation_cache_dir`).  Requeue, preemption, GPUs: docs/running.md.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class SlurmResources:
   (gin/slurm_gpu.gin); a job that asked for GPUs and got fewer stops at its start
   (nar_markov.training.devices.check_gpus).  0 trains on CPU.  None (the default): Slurm is
   asked for none; a local job gets the first GPU the machine shows, if any, and runs
-  on whatever JAX finds (docs/cluster.md).  timeout_min: the limit of one attempt (>= MIN_TIMEOUT_MIN); a
+  on whatever JAX finds (docs/running.md).  timeout_min: the limit of one attempt (>= MIN_TIMEOUT_MIN); a
   longer run is checkpointed and requeued, at most `max_num_timeout` times.
   array_parallelism: most tasks of an array running at once.  setup: shell lines
   run before the job starts.  additional_parameters: more sbatch flags, e.g.

@@ -4,7 +4,7 @@
 measured on this project's 2-core machine (`cost_cpu.json`), or, for a sweep that asks for
 GPUs, from the GPU figures of `cost_gpu.json` (benchmarks/gpu_check.py --cost-figures)
 where it exists, else with a word that there is no GPU measurement; the models behind
-them are in docs/cluster.md ("What a sweep costs").
+them are in docs/running.md ("What a sweep costs").
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def _format_table(runs_by_algorithm: Mapping[str, int], settings: Mapping[str, A
       f"{_h(total['total_s']):>9}{share:>9.0%}")
   if gpu is not None:
     lines.append("  (validation and test together under 'val h'; a step's time from its "
-                 "hint steps (measured at 16 nodes); docs/cluster.md has the model)")
+                 "hint steps (measured at 16 nodes); docs/running.md has the model)")
   return "\n".join(lines)
 
 

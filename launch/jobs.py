@@ -3,7 +3,7 @@
 A sweep writes a manifest (`Manifest`) of the job that runs each run and each
 λ calibration; `states` then answers, for the sweep and for --status alike,
 whether that job is queued or running (the scheduler), or why it ended (its own
-error log).  Imports no jax.  Details: docs/cluster.md.
+error log).  Imports no jax.  Details: docs/running.md.
 """
 
 from __future__ import annotations

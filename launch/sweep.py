@@ -21,7 +21,7 @@ and submit nothing.  A signal (Ctrl-C, kill, a closed terminal) stops the sweep 
 the array it reached, in one line (exit 128 + the signal); a file it cannot write (a
 full disk) is one line, exit 1.  --cluster auto: slurm if `sbatch` is on PATH, else
 local (one run after another, each in its own process); debug: in this process.  How
-it all works: docs/cluster.md.
+it all works: docs/running.md.
 """
 
 from __future__ import annotations

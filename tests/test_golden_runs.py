@@ -49,7 +49,7 @@ RUNS = {
     "forget_k2": dict(model="forget", algorithm="bfs", seed=[0, 1]),
 }
 # What says when, where and by which code a run was trained, not what it computed (and
-# the gin text, whose form is replay's: docs/results.md).  The machine ("device") is
+# the gin text, whose form is replay's: docs/formats.md).  The machine ("device") is
 # kept: it says whether the numbers can be the same to the bit.
 NOT_NUMBERS = ("wall_time_s", "train_time_s", "eval_time_s", "steps_per_s", "versions",
                "commit", "dirty", "created", "gin_config")

@@ -255,7 +255,7 @@ def test_the_lever_rows_at_a_tiny_size(tmp_path, monkeypatch):
 
 def test_the_sub_cache_phase_keeps_only_xlas_caches(tmp_path):
   """Before `autotune_cache`'s second process the executables go, XLA's caches stay.
-  (The row itself at the tiny size: docs/compilation.md; each of its processes compiles
+  (The row itself at the tiny size: docs/running.md; each of its processes compiles
   the compile row's step, minutes on a shared CPU.)"""
   cache = tmp_path / "cache"
   (cache / "xla_gpu_per_fusion_autotune_cache_dir" / "ab").mkdir(parents=True)
@@ -281,7 +281,7 @@ def test_a_levers_jax_options_outlast_the_projects_cache_set_up(tmp_path):
       "from benchmarks import gpu_check\n"
       "def row(cache, **_):\n"
       "  import jax\n"
-      "  from nar_markov import learner\n"
+      "  from nar_markov.nets import learner\n"
       "  learner.setup_compilation_cache(cache)\n"
       "  return jax.config.jax_persistent_cache_min_compile_time_secs\n"
       "gpu_check.ROW_FUNCTIONS['init'] = row\n"

@@ -10,6 +10,7 @@ from analysis import processor_call as pc
 PAPER = {"find_maximum_subarray_kadane": (63.67, 1.70), "binary_search": (62.79, 4.31),
          "insertion_sort": (70.62, 8.26), "activity_selector": (93.02, 1.62)}
 KADANE, BINARY = "find_maximum_subarray_kadane", "binary_search"
+INSERTION = "insertion_sort"
 
 
 def _scores(cells):
@@ -34,12 +35,24 @@ def test_the_processor_that_lands_on_more_is_called():
 def test_a_tie_goes_to_the_smaller_mean_distance_and_incomplete_algorithms_do_not_count():
   frame = pc.algorithm_rows(_scores({
       (KADANE, "triplet_gmpnn"): [70.0, 71.0, 72.0], (KADANE, "triplet_mpnn"): [75.0, 76.0, 77.0],
-      (BINARY, "triplet_gmpnn"): [60.0], (BINARY, "triplet_mpnn"): [60.0, 61.0, 62.0],
+      (BINARY, "triplet_gmpnn"): [80.0, 81.0, 82.0], (BINARY, "triplet_mpnn"): [80.0, 81.0, 83.0],
+      (INSERTION, "triplet_gmpnn"): [70.0], (INSERTION, "triplet_mpnn"): [70.0, 71.0, 72.0],
   }), PAPER)
   chosen, how = pc.call(frame)
-  assert chosen == "triplet_gmpnn" and "both land on 0 of 1" in how
-  assert BINARY not in how.split(";")[0].split(", on ")[1]
-  assert frame[(frame.algorithm == BINARY) & (frame.processor == "triplet_gmpnn")].lands.item() is None
+  # mean |delta/sigma|: gmpnn (4.3 + 4.2) / 2 against mpnn (7.3 + 4.3) / 2
+  assert chosen == "triplet_gmpnn" and "both land on 0 of 2" in how
+  assert INSERTION not in how.split(";")[0].split(", on ")[1]
+  assert frame[(frame.algorithm == INSERTION)
+               & (frame.processor == "triplet_gmpnn")].lands.item() is None
+
+
+def test_no_call_before_kadane_and_binary_search_are_complete():
+  frame = pc.algorithm_rows(_scores({
+      (BINARY, "triplet_gmpnn"): [75.6, 91.3, 72.2], (BINARY, "triplet_mpnn"): [88.8, 87.6, 88.4],
+      (KADANE, "triplet_gmpnn"): [82.0, 85.2, 83.9], (KADANE, "triplet_mpnn"): [73.8, 75.7],
+  }), PAPER)
+  chosen, how = pc.call(frame)
+  assert chosen is None and how.startswith("no call") and how.endswith(KADANE)
 
 
 def test_no_call_without_three_seeds_of_both():

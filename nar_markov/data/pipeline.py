@@ -6,7 +6,7 @@ resume; `ValidationPool` is run.py's validation (training settings at the larges
 train size, resampled at each evaluation); `load_split` is the official builder's
 val/test draw, cached losslessly under `<cache_dir>/clrs-<version>/`; `time_bucket`
 bounds the hint time axis so a jitted step compiles a few shapes, not one per batch.
-The departures from run.py and why, the cache's format and the CLI: docs/data.md.
+The departures from run.py and why, the cache's format and the CLI: docs/formats.md.
 """
 
 from __future__ import annotations

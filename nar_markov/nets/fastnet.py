@@ -8,7 +8,7 @@ CLRS-30 algorithms, so on every CLRS feature type).  The work it removes -- low-
 edge features folded into the next matrix, inputs encoded and outputs decoded once,
 pointer decoders and the message MLP with hand-written VJPs, remat with chosen saves,
 finished steps skipped, only what the output decoders read carried through the scan --
-is measured in docs/performance.md; the named scopes (encode,
+is measured in docs/running.md; the named scopes (encode,
 process, decode, ...) are what benchmarks/profile_step.py attributes time by.  Only the
 Triplet-MPNN processors (dm-clrs's triplet_gmpnn and triplet_mpnn) have a fast path; `NetConfig(impl='reference')`
 runs dm-clrs's modules as they are.

@@ -43,7 +43,7 @@ def run_experiment(*,
     seed: one seed -> one run's result (a dict algorithm -> result for a list of
       algorithms); K distinct seeds -> a list of those.  K seeds of one algorithm
       train together, one vmapped step, each as its separate run would
-      (docs/cluster.md, "Several seeds per job").
+      (docs/running.md, "Several seeds per job").
     model: the run's label: its results folder and table column.  It selects
       nothing; the components do (runspec.check_label checks the paper's labels).
     net, protocol, penalty: the components (NetConfig, runspec.Protocol,
