@@ -29,7 +29,10 @@ import flat
 # The module's runs of one net and optimizer share one learner (conftest.reused_learners;
 # the poisoned compute_losses below is part of its key; evaluate_split, which a test
 # replaces, is no traced code).
-pytestmark = pytest.mark.usefixtures("reuse_learners")
+# The module fixture `runs` trains three 24-step runs of 3 algorithms inside the first test
+# that asks for it (48 s quiet, the timeout counting it): under a loaded CI it passed the
+# 300 s per-test limit (2026-12-02, six errors at setup), so the module has 600 s.
+pytestmark = [pytest.mark.usefixtures("reuse_learners"), pytest.mark.timeout(600)]
 
 ALGORITHMS = ("naive_string_matcher", "bfs", "insertion_sort")
 LAMBDAS = {"naive_string_matcher": 0.01, "bfs": 0.05, "insertion_sort": 0.0}
