@@ -17,11 +17,12 @@ BFS = ["--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]"]
 
 
 @pytest.mark.parametrize("args, says", [
-    # Silent before: forget.gin's include of base.gin reset the overlay's GPU request.
-    (["--gin", "gin/slurm_gpu.gin", "--gin", "gin/forget.gin"],
+    # Silent before: a model file's include of base.gin bound the overlay's settings again
+    # (slurm_gpu.gin's GPU request, before base.gin bound no launcher setting).
+    (["--gin", "gin/smoke.gin", "--gin", "gin/forget.gin"],
      "the model file --gin gin/forget.gin (its include of gin/base.gin) binds again what "
-     "the overlay --gin gin/slurm_gpu.gin before it bound (slurm_resources.cpus_per_task, "
-     "slurm_resources.gpus_per_task, slurm_resources.mem_gb)"),
+     "the overlay --gin gin/smoke.gin before it bound (ALGORITHMS, NetConfig.hidden_size, "
+     "NetConfig.nb_triplet_fts and 9 more)"),
     # Silent before: the last model file won.
     (["--gin", "gin/baseline.gin", "--gin", "gin/forget.gin"],
      "--gin gin/baseline.gin and --gin gin/forget.gin are both model files"),
@@ -80,6 +81,19 @@ def test_status_refuses_the_flags_it_would_ignore(flag, tmp_path, capsys):
 def test_list_without_dry_run_is_refused(tmp_path, capsys):
   assert sweep.main(["--gin", "gin/baseline.gin", "--list", "--results", str(tmp_path)]) == 2
   assert "--list lists the runs of a --dry-run" in capsys.readouterr().err
+
+
+def test_an_overlay_before_the_model_file_keeps_its_gpu_request(tmp_path):
+  """Was refused (before that, silent): forget.gin's include of base.gin bound the Slurm
+  resources again and reset the overlay's GPU request.  base.gin binds none of the
+  launcher's settings now, so the order of the Slurm overlay and the model file is free."""
+  params = ["ALGORITHMS=['bfs']", "SEEDS=[0]"]
+  swept = []
+  for files in (["gin/slurm_gpu.gin", "gin/forget.gin"], ["gin/forget.gin", "gin/slurm_gpu.gin"]):
+    runs = cluster.expand_runs(files, params, str(tmp_path))
+    swept.append(([r.key for r in runs], cluster.SlurmResources()))
+  assert swept[0] == swept[1]
+  assert swept[0][1].gpus_per_task == 1
 
 
 def test_overlays_give_the_same_sweep_in_any_order(tmp_path):
