@@ -240,14 +240,14 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
   if "markov" in measures:
     m = entry["markov"] = markov_measure(model, zeroed, params, feedback, index, bs, cap,
                                          (preds, truth))
-    m["rule.markov_in_effect"] = rule.markov_in_effect(model.config.history_scope, m["delta"],
+    m["markov_in_effect"] = rule.markov_in_effect(model.config.history_scope, m["delta"],
                                              m["predictions_changed"], m["gate_norm"])
     log(f"  history zeroed: score {m['score_history_zeroed']:.4f} (as trained "
         f"{m['score']:.4f}, delta {100 * m['delta']:+.2f} points), predictions changed "
         f"{m['predictions_changed']:.4f}; gate norm {m['gate_norm']:.4f}; Markov in effect "
         f"(scope {rule.MARKOV_SCOPE}, |delta| < {100 * rule.MARKOV_MAX_DELTA:g} point, changed < "
         f"{rule.MARKOV_MAX_CHANGED:g}, gate norm < {rule.MARKOV_MAX_GATE_NORM:g}): "
-        f"{'yes' if m['rule.markov_in_effect'] else 'no'}")
+        f"{'yes' if m['markov_in_effect'] else 'no'}")
   return entry
 
 
