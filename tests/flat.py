@@ -38,17 +38,10 @@ def run(stop_after_steps=None, **flat):
     return experiment.run_experiment(**components(**flat))
 
 
-@contextlib.contextmanager
 def stopped_after(steps: int):
   """Training loops started inside stop after `steps` steps (or at their end)."""
   from nar_markov.training import train  # pylint: disable=g-import-not-at-top  (jax)
-  # pylint: disable=protected-access
-  end = train._Job.stop_at
-  train._Job.stop_at = lambda job, step: min(end(job, step), step + int(steps))
-  try:
-    yield
-  finally:
-    train._Job.stop_at = end
+  return train.stop_after(steps)
 
 
 def gin_key(name: str) -> str:

@@ -12,6 +12,7 @@ nar_markov/state/lambda_schedule.py's, and its result.json nar_markov.store.runs
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import pathlib
 import time
@@ -32,6 +33,22 @@ from nar_markov.store import params_io
 from nar_markov.store import runs
 from nar_markov.store import util
 from nar_markov.training import devices
+
+
+# Steps a loop started inside `stop_after` may train (None: to the end).
+_STOP_AFTER: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar(
+    "stop_after", default=None)
+
+
+@contextlib.contextmanager
+def stop_after(steps: int):
+  """Loops started inside stop after `steps` more steps (or at their end), leaving their
+  checkpoint and no result, as a job killed there would: how resumption is checked."""
+  token = _STOP_AFTER.set(int(steps))
+  try:
+    yield
+  finally:
+    _STOP_AFTER.reset(token)
 
 
 def run(resolved: runspec.Resolved) -> Any:
@@ -136,12 +153,9 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
              + "); training the groups one after the other")
   results = {}
   for group in by_step.values():
-    if len(group) == 1 or len(job.tasks) > 1:
-      # Several algorithms: the vmapped step is single-task; seeds one by one.
-      for run, params, opt_state in group:
-        results[run.seed] = _train_single(job, run, params, opt_state)
-    else:
-      results.update(_train_vmapped(job, group))
+    # Several algorithms: the vmapped step is single-task; seeds one by one.
+    for members in ([[m] for m in group] if len(job.tasks) > 1 else [group]):
+      results.update(_train_group(job, members))
   return results
 
 
@@ -157,10 +171,12 @@ class _Job:
   gin_str: str
   summed_step: Any = None             # multitask_update='summed' with >1 algorithm
 
-  def stop_at(self, step: int) -> int:  # pylint: disable=unused-argument
-    """The step the loop started at `step` stops at: the end of training.  (A test
-    stops it earlier, as if killed, by patching this: tests/flat.py.)"""
-    return self.protocol.train_steps
+  def stop_at(self, step: int) -> int:
+    """The step the loop started at `step` stops at: the end of training, or earlier
+    inside `stop_after`."""
+    extra = _STOP_AFTER.get()
+    end = self.protocol.train_steps
+    return end if extra is None else min(end, step + extra)
 
   # The loop's cadence, the same for every seed of the job.
   def flush_due(self, step: int, stop_at: int) -> bool:
@@ -204,9 +220,8 @@ class _SeedRun:
   pending losses, evaluations, and its result.json files (one per algorithm).
 
   Everything of a seed except its parameters and optimizer state, which the
-  training loop holds: one seed's arrays (`_train_single`), or K seeds'
-  stacked on a leading axis (`_train_vmapped`), which hands this object its
-  seed's slice when it evaluates or checkpoints.
+  training loop's stepper holds (`_OneSeed`: one seed's arrays; `_Stacked`: K
+  seeds' on a leading axis) and hands this object when it evaluates or checkpoints.
   """
 
   def __init__(self, job: _Job, seed: int, job_dir: pathlib.Path,
@@ -221,7 +236,6 @@ class _SeedRun:
     self.streams = list(streams)
     self.vals = list(vals)
     self.ckpt_path = job_dir / runs.CHECKPOINT_NAME
-    self.pending = []  # (step, device-side losses per algorithm) since the last flush
     self.last_report = time.time()
     self.state: Optional[checkpoint.SeedState] = None  # set by `start`
 
@@ -300,14 +314,6 @@ class _SeedRun:
                     jax.tree_util.tree_leaves(jax.tree_util.tree_map(np.asarray, opt_state)),
                     [s.state_dict() for s in self.streams])
 
-  def flush(self) -> Optional[int]:
-    """Fetch this seed's pending losses; see `record`."""
-    if not self.pending:
-      return None
-    steps, losses = zip(*self.pending)
-    self.pending.clear()
-    return self.record(steps, jax.device_get(list(losses)))
-
   def record(self, steps: Sequence[int], fetched: Sequence[Sequence[Any]]) -> Optional[int]:
     """Log one window of fetched losses (per step, one per algorithm); returns
     the first step with a non-finite loss of any algorithm."""
@@ -335,7 +341,7 @@ class _SeedRun:
   def end(self, params, opt_state) -> List[Dict[str, Any]]:
     """After the loop: the results, or (stopped early on purpose) the checkpoint."""
     if self.state.diverged_step is None and self.state.step < self.job.protocol.train_steps:
-      # Stopped before the end (a test's early stop, `_Job.stop_at`): leave the
+      # Stopped before the end (`stop_after`): leave the
       # checkpoint, write no result.
       self.save_checkpoint(params, opt_state)
       return [{"status": "interrupted", "steps": self.state.step} for _ in self.job.tasks]
@@ -448,60 +454,96 @@ def _save_params(run: _SeedRun, task: runspec.Task, out_dir: pathlib.Path,
                         dataclasses.asdict(job.learner.config), meta)
 
 
-def _train_single(job: _Job, run: _SeedRun, params, opt_state) -> List[Dict[str, Any]]:
-  """One seed, `Learner.train_step` (jitted per shape) per algorithm: the K = 1 path."""
-  stop_at = job.stop_at(run.state.step)
-  while run.state.step < stop_at and run.state.diverged_step is None:
-    feedbacks = [next(stream) for stream in run.streams]
-    t0 = time.time()
-    params, opt_state, losses = job.train_step(run, params, opt_state, feedbacks)
-    run.state.step += 1
-    run.pending.append((run.state.step, losses))
-    if job.flush_due(run.state.step, stop_at):
-      bad = run.flush()
-      run.state.train_time_s += time.time() - t0
-      if bad is not None:
-        run.diverge(bad)
-        break
-      run.adapt_lambda()
-    else:
-      run.state.train_time_s += time.time() - t0
-    if job.eval_due(run.state.step):
-      run.report(run.evaluate(params, run.state.step))
-    if job.checkpoint_due(run.state.step):
-      run.save_checkpoint(params, opt_state)
-  return run.end(params, opt_state)
+class _OneSeed:
+  """One seed's arrays, `_Job.train_step` (jitted per shape) per algorithm."""
+
+  def __init__(self, job: _Job, group):
+    (self.run, self.params, self.opt_state), = group
+    self.job = job
+
+  def step(self, active: Sequence[_SeedRun], step: int):  # pylint: disable=unused-argument
+    """One update; returns its losses, on the device (one per algorithm)."""
+    feedbacks = [next(stream) for stream in self.run.streams]
+    self.params, self.opt_state, losses = self.job.train_step(
+        self.run, self.params, self.opt_state, feedbacks)
+    return losses
+
+  def losses_of(self, fetched, i: int):  # pylint: disable=unused-argument
+    """Seed i's fetched losses: per step, one per algorithm."""
+    return fetched
+
+  def keep(self, idx: Sequence[int]) -> None:  # pylint: disable=unused-argument
+    """Only one seed: a diverged one ends the loop (no seed is left)."""
+
+  def params_of(self, with_opt: bool = False):
+    """Per seed: its parameters (and optimizer state), as the loop holds them."""
+    return [(self.params, self.opt_state) if with_opt else self.params]
 
 
-def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
-  """K >= 2 seeds at the same step, one vmapped step for all (K-seed mode).
+class _Stacked:
+  """K >= 2 seeds at the same step stacked on a leading axis, one vmapped step for all."""
 
-  `group`: (run, params, opt_state) per seed.  The cadence (log, eval,
-  checkpoint) is the single path's; each seed's losses are fetched, checked
-  and logged by its own `_SeedRun`, which also evaluates and checkpoints its
-  slice of the stacked parameters.
+  def __init__(self, job: _Job, group):
+    self.job = job
+    self.params = learner.stack_trees([p for _, p, _ in group])
+    self.opt_state = learner.stack_trees([o for _, _, o in group])
+    task = job.tasks[0]
+    self.task = task
+    self.per_seed_lambda = (task.penalty is not None
+                            and task.penalty.adaptive_every_steps is not None)
+    self.vstep = learner.make_vmapped_train_step(job.learner,
+                                                 per_seed_lambda=self.per_seed_lambda)
+    util.log(f"{job.model}/{task.algorithm}: training seeds {[r.seed for r, _, _ in group]} "
+             f"together (one vmapped step) from step {group[0][0].state.step}")
+
+  def step(self, active: Sequence[_SeedRun], step: int):
+    feedbacks = [next(run.streams[0]) for run in active]
+    batch, max_length = learner.stack_batches(feedbacks)
+    lambdas = [run.state.lambdas.at(self.task, step) for run in active]
+    self.params, self.opt_state, losses = self.vstep(
+        self.params, self.opt_state, batch,
+        np.asarray(lambdas) if self.per_seed_lambda else lambdas[0],
+        self.job.learner.step_keys([r.seed for r in active], step), max_length)
+    return losses
+
+  def losses_of(self, fetched, i: int):
+    return [[learner.tree_index(l, i)] for l in fetched]
+
+  def keep(self, idx: Sequence[int]) -> None:
+    """Drop the other seeds (diverged): one compilation for the smaller K."""
+    idx = np.asarray(idx)
+    self.params, self.opt_state = jax.tree_util.tree_map(
+        lambda x: x[idx], (self.params, self.opt_state))
+
+  def params_of(self, with_opt: bool = False):
+    if with_opt:
+      host_params, host_opt = jax.device_get((self.params, self.opt_state))
+      return [(learner.tree_index(host_params, i), learner.tree_index(host_opt, i))
+              for i in range(jax.tree_util.tree_leaves(host_params)[0].shape[0])]
+    host_params = jax.device_get(self.params)
+    return [learner.tree_index(host_params, i)
+            for i in range(jax.tree_util.tree_leaves(host_params)[0].shape[0])]
+
+
+def _train_group(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
+  """The training loop: seeds at the same step, each `group` member (run, params,
+  opt_state); one seed (any number of algorithms) or K >= 2 seeds of one algorithm
+  (one vmapped step).  Returns seed -> its results, one per algorithm.
+
+  The cadence (log, eval, checkpoint) is the job's; each seed's losses are fetched,
+  checked and logged by its own `_SeedRun`, which also evaluates and checkpoints its
+  parameters.  A seed whose loss is not finite ends there, status "diverged"; the
+  others go on without it.
   """
   active = [run for run, _, _ in group]
+  stepper = _OneSeed(job, group) if len(group) == 1 else _Stacked(job, group)
   step = active[0].state.step
   stop_at = job.stop_at(step)
-  params = learner.stack_trees([p for _, p, _ in group])
-  opt_state = learner.stack_trees([o for _, _, o in group])
-  task = job.tasks[0]
-  per_seed_lambda = task.penalty is not None and task.penalty.adaptive_every_steps is not None
-  vstep = learner.make_vmapped_train_step(job.learner, per_seed_lambda=per_seed_lambda)
-  pending = []  # (step, stacked device-side losses) since the last flush
+  pending = []  # (step, device-side losses) since the last flush
   results = {}
-  util.log(f"{job.model}/{job.tasks[0].algorithm}: training seeds {[r.seed for r in active]} "
-           f"together (one vmapped step) from step {step}")
   while step < stop_at and active:
-    feedbacks = [next(run.streams[0]) for run in active]
     t0 = time.time()
-    batch, max_length = learner.stack_batches(feedbacks)
-    lambdas = [run.state.lambdas.at(task, step) for run in active]
-    params, opt_state, losses = vstep(params, opt_state, batch,
-                                      np.asarray(lambdas) if per_seed_lambda else lambdas[0],
-                                      job.learner.step_keys([r.seed for r in active], step),
-                                      max_length)
+    losses = stepper.step(active, step)
     step += 1
     pending.append((step, losses))
     bad = [None] * len(active)
@@ -509,8 +551,7 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
       steps, stacked = zip(*pending)
       pending.clear()
       fetched = jax.device_get(list(stacked))
-      bad = [run.record(steps, [[learner.tree_index(l, i)] for l in fetched])
-             for i, run in enumerate(active)]
+      bad = [run.record(steps, stepper.losses_of(fetched, i)) for i, run in enumerate(active)]
       for run, b in zip(active, bad):
         if b is None:
           run.state.step = step
@@ -520,8 +561,6 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
       run.state.step = step
       run.state.train_time_s += dt  # the job's wall time: shared by its seeds
     if any(b is not None for b in bad):
-      # As a separate run: it ends here with status "diverged"; the other
-      # seeds go on without it (one compilation for the smaller K).
       keep = []
       for i, (run, b) in enumerate(zip(active, bad)):
         if b is None:
@@ -532,20 +571,15 @@ def _train_vmapped(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
       active = [active[i] for i in keep]
       if not active:
         break
-      idx = np.asarray(keep)
-      params, opt_state = jax.tree_util.tree_map(
-          lambda x: x[idx], (params, opt_state))
+      stepper.keep(keep)
     if job.eval_due(step) or job.checkpoint_due(step):
-      host_params = jax.device_get(params)
       if job.eval_due(step):
-        for i, run in enumerate(active):
-          run.report(run.evaluate(learner.tree_index(host_params, i), step))
+        for run, params in zip(active, stepper.params_of()):
+          run.report(run.evaluate(params, step))
       if job.checkpoint_due(step):
-        host_opt = jax.device_get(opt_state)
-        for i, run in enumerate(active):
-          run.save_checkpoint(learner.tree_index(host_params, i), learner.tree_index(host_opt, i))
+        for run, (params, opt_state) in zip(active, stepper.params_of(with_opt=True)):
+          run.save_checkpoint(params, opt_state)
   if active:
-    host_params, host_opt = jax.device_get((params, opt_state))
-    for i, run in enumerate(active):
-      results[run.seed] = run.end(learner.tree_index(host_params, i), learner.tree_index(host_opt, i))
+    for run, (params, opt_state) in zip(active, stepper.params_of(with_opt=True)):
+      results[run.seed] = run.end(params, opt_state)
   return results
