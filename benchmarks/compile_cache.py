@@ -4,7 +4,7 @@
         [--gin gin/forget.gin] [--gin_param BINDING] [--train-steps 5] [--out FILE.json]
 
 For each algorithm, two fresh processes train the same run through the sweep's job
-(`cluster.Job(experiment.run_from_gin)`, as `--cluster local` runs it), each with its
+(`sweep_spec.Job(experiment.run_from_gin)`, as `--cluster local` runs it), each with its
 own new results folder: the first with an empty cache folder (cold), the second with
 the folder the first one filled (warm).  The run is the full protocol's (hidden 128,
 batch 32, the five train sizes, validation on run.py's pool, the whole official test
@@ -69,13 +69,13 @@ def worker(algorithm: str, gin_files: Sequence[str], gin_params: Sequence[str],
            results_dir: str) -> Dict[str, Any]:
   """One run in this (fresh) process, as a sweep's job; its compilations."""
   from benchmarks import common  # pylint: disable=g-import-not-at-top  (imports jax)
-  from launch import cluster  # pylint: disable=g-import-not-at-top
+  from launch import sweep_spec  # pylint: disable=g-import-not-at-top
   from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   counter = common.CompileCounter()
   cache_log = common.CacheLog()
   t0, cpu0 = time.perf_counter(), common.cpu_seconds()
   try:
-    paths = cluster.Job(experiment.run_from_gin)(dict(
+    paths = sweep_spec.Job(experiment.run_from_gin)(dict(
         gin_files=list(gin_files), gin_params=list(gin_params), algorithms=[algorithm],
         seeds=[0], results_dir=results_dir))
   finally:

@@ -151,7 +151,7 @@ def _progress(path: Optional[str], partial: Dict[str, Any]) -> None:
 
 
 def backend_probe(**kwargs) -> Dict[str, Any]:
-  """In a local job (after cluster.Job's GPU check): what it sees."""
+  """In a local job (after sweep_spec.Job's GPU check): what it sees."""
   del kwargs
   from nar_markov.training import devices  # pylint: disable=g-import-not-at-top
   return {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -162,6 +162,7 @@ def backend_probe(**kwargs) -> Dict[str, Any]:
 def row_backend(tiny: bool, work: str, **_) -> Dict[str, Any]:
   from launch import submit  # pylint: disable=g-import-not-at-top
   from launch import cluster  # pylint: disable=g-import-not-at-top
+  from launch import sweep_spec  # pylint: disable=g-import-not-at-top
   out = {"visible_gpus": cluster.visible_gpus()}
   for asked in (None, 1):
     results = pathlib.Path(work) / f"results_{asked}"
@@ -175,7 +176,7 @@ def row_backend(tiny: bool, work: str, **_) -> Dict[str, Any]:
     except Exception as e:  # pylint: disable=broad-except  (the sweep's refusal)
       out[key] = {"refused_by_the_sweep": f"{type(e).__name__}: {e}"}
       continue
-    job = executor.submit(cluster.Job(backend_probe), kwargs)
+    job = executor.submit(sweep_spec.Job(backend_probe), kwargs)
     try:
       out[key] = job.result()
     except Exception as e:  # pylint: disable=broad-except  (the job's own failure)
@@ -419,7 +420,7 @@ def row_sampler(tiny: bool, progress: Optional[str] = None, **_) -> Dict[str, An
 def row_run(tiny: bool, cache: str, work: str, progress: Optional[str] = None,
             **_) -> Dict[str, Any]:
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from launch import cluster  # pylint: disable=g-import-not-at-top
+  from launch import sweep_spec  # pylint: disable=g-import-not-at-top
   from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   os.environ["NAR_MARKOV_JAX_CACHE"] = cache
@@ -432,7 +433,7 @@ def row_run(tiny: bool, cache: str, work: str, progress: Optional[str] = None,
   import jax  # pylint: disable=g-import-not-at-top
   jax.monitoring.register_event_duration_secs_listener(note)
   try:
-    paths = cluster.Job(experiment.run_from_gin)(dict(
+    paths = sweep_spec.Job(experiment.run_from_gin)(dict(
         gin_files=s["run_gin"], gin_params=list(s["run_params"]),
         algorithms=[RUN_ALGORITHM], seeds=[0], results_dir=str(pathlib.Path(work) / "results")))
   finally:

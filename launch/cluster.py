@@ -1,13 +1,14 @@
-"""A sweep as a plain list of runs, its Slurm resources, and the one job class that trains them.
+"""The cluster side of a sweep: each job's Slurm resources, the GPUs a local job gets, the
+sweep's JAX compilation cache, and the environment every job runs in.
 
-The launcher (launch/) expands gin files into `Run`s, model x ALGORITHMS x SEEDS (the
-sweep's axes, `AXES`), and submits the runs that are not done as `Job`s: a function
-(`experiment.run_from_gin`, `calibrate.calibrate_from_gin`) called with strings and ints,
-so that a job pickles, prints and re-creates anywhere.  A job starts by checking that it
-got the GPUs it asked for and by pointing JAX's compilation cache at the sweep's
-(`compilation_cache_dir`).  Requeue, preemption, GPUs: docs/running.md.
+`SlurmResources` (gin: ``slurm_resources.*``) is what one task of the sweep's job array asks
+Slurm for, as submitit's executor parameters; `visible_gpus` and
+`SlurmResources.local_gpus` what a `--cluster local` job gets.  `compilation_cache_dir`
+(gin: ``compilation_cache.path``) is the folder of JAX's persistent compilation cache that
+the sweep's jobs share.  `job_environment` is what a job (launch/sweep_spec.py's `Job`) runs
+in: the check that it got the GPUs it asked for, and JAX's compilation cache pointed at the
+sweep's.  Imports neither jax nor submitit.  Requeue, preemption, GPUs: docs/running.md.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -17,18 +18,11 @@ import pathlib
 import re
 import shutil
 import subprocess
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import gin
-import submitit
 
-from nar_markov.config import clrs30
 from nar_markov.config import gin_files as config_lib
-from nar_markov.config import lambda_heuristic
-from nar_markov.config import runspec
-from nar_markov.store import runs as runs_lib
-from nar_markov.training import calibrate
-from nar_markov.training import experiment
 from nar_markov.training import threads
 
 # sbatch refuses arrays with more tasks than MaxArraySize (Slurm's default 1001).
@@ -196,29 +190,11 @@ def private_cache_dir(results_dir, path: str) -> Optional[pathlib.Path]:
   return folder
 
 
-@dataclasses.dataclass(frozen=True)
-class Job(submitit.helpers.Checkpointable):
-  """Every job of a sweep, on Slurm or here: `function(**kwargs)`.
-
-  Stateless: the inherited `checkpoint()` resubmits this same call, which resumes
-  from the checkpoints on disk.  `function` pickles by its module and name, so the
-  job's process imports it there (experiment and calibrate import no jax at first).
-  Before it, from the sweep's gin (`kwargs`' gin files and bindings): a job that
-  asked for GPUs (`slurm_resources.gpus_per_task` >= 1) and got fewer stops with
-  one line naming why, and JAX's compilation cache is the sweep's
-  (`compilation_cache_dir`).
-  """
-  function: Callable[..., Any]
-
-  def __call__(self, kwargs: Dict[str, Any]):
-    with _job_environment(kwargs):
-      return self.function(**kwargs)
-
-
 @contextlib.contextmanager
-def _job_environment(kwargs: Mapping[str, Any]) -> Iterator[None]:
-  """The job's GPU check and compilation cache; $NAR_MARKOV_JAX_CACHE restored after
-  (a debug sweep runs its jobs in its own process)."""
+def job_environment(kwargs: Mapping[str, Any]) -> Iterator[None]:
+  """What a job (`sweep_spec.Job`) runs in, from the sweep's gin (`kwargs`' gin files and
+  bindings): its GPU check and the sweep's compilation cache; $NAR_MARKOV_JAX_CACHE
+  restored after (a debug sweep runs its jobs in its own process)."""
   if "gin_files" not in kwargs:
     yield
     return
@@ -239,311 +215,3 @@ def _job_environment(kwargs: Mapping[str, Any]) -> Iterator[None]:
       os.environ.pop("NAR_MARKOV_JAX_CACHE", None)
     else:
       os.environ["NAR_MARKOV_JAX_CACHE"] = saved
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One training run of a sweep: everything the job needs, as strings/ints."""
-  model: str
-  algorithm: str
-  seed: int
-  gin_files: Tuple[str, ...]    # absolute paths
-  gin_params: Tuple[str, ...]
-  results_dir: str              # absolute path
-  # Multi-task sweeps (gin macro MULTITASK): every algorithm of a seed is
-  # trained by ONE job, one processor on `job_algorithms` (all of the sweep's
-  # ALGORITHMS, done or not); the runs stay per algorithm for skipping and --status.
-  multitask: bool = False
-  job_algorithms: Tuple[str, ...] = ()
-  # SEEDS_PER_JOB (gin macro): K > 1 trains up to K seeds of one (model,
-  # algorithm) in one job (run_experiment's K-seed mode); the runs stay per seed.
-  seeds_per_job: int = 1
-
-  @property
-  def name(self) -> str:
-    return f"{self.model}/{self.algorithm}/seed{self.seed}"
-
-  @property
-  def run_dir(self) -> pathlib.Path:
-    return runs_lib.run_dir(self.results_dir, self.model, self.algorithm, self.seed)
-
-  @property
-  def result_path(self) -> pathlib.Path:
-    return self.run_dir / runs_lib.RESULT_NAME
-
-  @property
-  def key(self) -> Tuple[str, str, int]:
-    return (self.model, self.algorithm, self.seed)
-
-  @property
-  def trained_with(self) -> Tuple[str, ...]:
-    """The algorithms its job trains in one model (multi-task: all of the sweep's)."""
-    return self.job_algorithms if self.multitask else (self.algorithm,)
-
-  @property
-  def checkpoint_folder(self) -> pathlib.Path:
-    """Where its job keeps this seed's checkpoint (runs.job_folder)."""
-    return runs_lib.job_folder(self.results_dir, self.model, self.trained_with, self.seed)
-
-  @property
-  def job_key(self):
-    """Runs with the same key may be trained by the same job (`job_groups`)."""
-    if self.multitask:
-      return (self.model, "*", self.seed)
-    if self.seeds_per_job > 1:
-      return (self.model, self.algorithm)
-    return (self.model, self.algorithm, self.seed)
-
-
-def job_groups(runs: Sequence[Run]) -> List[List[Run]]:
-  """Runs grouped by the job that trains them, in first-appearance order.
-
-  Multi-task: one job per seed.  SEEDS_PER_JOB = K > 1: the given runs of
-  one (model, algorithm) in chunks of up to K seeds -- the sweep passes only
-  runs not done yet, so a relaunch packs the remaining seeds afresh.
-  """
-  groups: Dict[Any, List[Run]] = {}
-  for r in runs:
-    groups.setdefault(r.job_key, []).append(r)
-  out = []
-  for group in groups.values():
-    k = 1 if group[0].multitask else group[0].seeds_per_job
-    out += [group] if k == 1 else [group[i:i + k] for i in range(0, len(group), k)]
-  return out
-
-
-def job_call(group: Sequence[Run]) -> Tuple[Job, Dict[str, Any]]:
-  """(job, its keyword arguments) that trains one group of `job_groups`: one run, up to
-  K seeds of one algorithm, or (multi-task) all algorithms of a seed."""
-  run = group[0]
-  if not run.multitask and run.seeds_per_job == 1 and len(group) != 1:
-    raise ValueError(f"one job per run, got {[r.name for r in group]}")
-  return Job(experiment.run_from_gin), dict(
-      gin_files=list(run.gin_files), gin_params=list(run.gin_params),
-      algorithms=list(run.trained_with), seeds=list(dict.fromkeys(int(r.seed) for r in group)),
-      results_dir=run.results_dir, multitask=run.multitask)
-
-
-# The sweep's axes: sweep_axes' parameters, and the macros gin/base.gin binds them to
-# (a command line overrides the macros: --gin_param "SEEDS=[0,1]").
-AXES = {"algorithms": "ALGORITHMS", "seeds": "SEEDS", "seeds_per_job": "SEEDS_PER_JOB",
-        "multitask": "MULTITASK"}
-
-
-@gin.configurable
-def sweep_axes(algorithms: Sequence[str] = gin.REQUIRED, seeds: Sequence[int] = gin.REQUIRED,
-               seeds_per_job: int = 1, multitask: bool = False) -> Dict[str, Any]:
-  """The sweep's axes as the gin files bind them (`AXES`); the launcher calls this.
-
-  seeds_per_job: K > 1 trains up to K seeds of one algorithm in one job.
-  multitask: one job per seed trains one processor on all `algorithms`.
-  """
-  return dict(algorithms=algorithms, seeds=seeds, seeds_per_job=seeds_per_job,
-              multitask=multitask)
-
-
-def _check_names(gin_params: Sequence[str]) -> None:
-  """gin takes a binding of a macro that nothing reads without a word (`SEDS=[0]`
-  trained the default seeds): a binding must name a macro the gin files define (or
-  one the bindings use), and sweep_axes.<name> one of its parameters.  Call with
-  the gin files parsed alone."""
-  known = ", ".join(f"{macro} (sweep_axes.{axis})" for axis, macro in AXES.items())
-  used = set(re.findall(r"%(\w+)", " ".join(gin_params)))
-  for param in gin_params:
-    for name in re.findall(r"^\s*([A-Za-z_][\w./]*)\s*=", param, re.M):
-      selector, _, arg = name.rpartition(".")
-      if not selector and name not in used and not _defines_macro(name):
-        raise ValueError(f"unknown macro {name!r} in --gin_param {param!r} (the gin files "
-                         f"define no such macro); the sweep's axes: {known}")
-      if selector.rpartition("/")[2] == "sweep_axes" and arg not in AXES:
-        raise ValueError(f"unknown sweep axis {name!r} in --gin_param {param!r}; the "
-                         f"sweep's axes: {known}")
-
-
-def _defines_macro(name: str) -> bool:
-  try:
-    gin.query_parameter(f"{name}/macro.value")
-  except ValueError:
-    return False
-  return True
-
-
-def bound_axes() -> Dict[str, Any]:
-  """`sweep_axes()` of the parsed gin files, unchecked: a `sweep_axes.<axis>` binding wins,
-  else the macro gin/base.gin defines (AXES); raises gin's error where a required one is
-  missing."""
-  macros = {}
-  for axis, macro in AXES.items():
-    try:
-      gin.query_parameter(f"sweep_axes.{axis}")
-    except ValueError:
-      if _defines_macro(macro):
-        macros[axis] = config_lib.bound_value(f"{macro}/macro.value")
-  return sweep_axes(**macros)
-
-
-def _axes() -> Dict[str, Any]:
-  """`sweep_axes()` of the parsed gin files, checked: one ValueError per problem."""
-  try:
-    axes = bound_axes()
-  except (RuntimeError, TypeError) as e:  # gin: a required binding is missing
-    raise ValueError(f"the sweep's axes are not set in the gin files (the macros "
-                     f"ALGORITHMS and SEEDS of gin/base.gin, or sweep_axes.*): {e}") from None
-  k, multitask = axes["seeds_per_job"], axes["multitask"]
-  algorithms, seeds = axes["algorithms"], axes["seeds"]
-  if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-    raise ValueError(f"SEEDS_PER_JOB must be an int >= 1, got {k!r}")
-  if not isinstance(multitask, bool):
-    raise ValueError(f"MULTITASK must be True or False, got {multitask!r}")
-  if multitask and k > 1:
-    raise ValueError(f"SEEDS_PER_JOB = {k}: several seeds per job is not supported for "
-                     "multi-task sweeps (one job per seed there); set SEEDS_PER_JOB = 1")
-  if isinstance(algorithms, str) or not isinstance(algorithms, (list, tuple)):
-    raise ValueError(f"ALGORITHMS must be a list of names, got {algorithms!r}")
-  if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)):
-    raise ValueError(f"SEEDS must be a list of ints, got {seeds!r}")
-  if not algorithms or not seeds:
-    raise ValueError(f"empty sweep: ALGORITHMS={algorithms!r}, SEEDS={seeds!r}")
-  bad_seeds = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
-  if bad_seeds:
-    raise ValueError(f"SEEDS must be ints >= 0, got {bad_seeds!r}")
-  axes["algorithms"] = [clrs30.check_algorithm(a) for a in algorithms]
-  for values, what in [(axes["algorithms"], "ALGORITHMS"), (seeds, "SEEDS")]:
-    if len(set(values)) != len(values):
-      raise ValueError(f"{what} has duplicates: {values!r}")
-  return axes
-
-
-def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
-                results_dir: str) -> List[Run]:
-  """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
-
-  Raises ValueError, with the reason in one line, for a missing gin file, files whose
-  order would decide the sweep (two model files, a model file after an overlay:
-  launch/inputs.py), an unknown or malformed binding, macro or axis, a binding on a
-  component the model does not use, a missing or unknown model, an unknown
-  algorithm, bad seeds or SEEDS_PER_JOB, or an algorithm G-ForgetNet has no lambda
-  for -- before anything runs.  Leaves gin parsed, so `SlurmResources()` is this
-  sweep's.
-  """
-  from launch import inputs  # pylint: disable=g-import-not-at-top
-  try:
-    inputs.check_files(list(gin_files))
-    inputs.check_binding_syntax(list(gin_params))
-    config_lib.parse_gin(list(gin_files))
-    _check_names(gin_params)
-    config_lib.parse_gin(list(gin_files), list(gin_params))
-  except ValueError as e:
-    raise ValueError(" ".join(str(e).split())) from None  # gin's messages span lines
-  try:
-    config_lib.bound_value("run_experiment.model")
-  except ValueError as e:
-    raise ValueError("the model's label is not set in the gin files "
-                     f"(run_experiment.model): {e}") from None
-  files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
-  axes = _axes()
-  components = runspec.configured()
-  model = runspec.check_label(components["model"], components["net"],
-                              components["penalty"])
-  inputs.check_used(gin_params, runspec.unused_components(model, components["net"],
-                                                         components["penalty"]))
-  if components["penalty"] is not None and not model.endswith(runspec.MULTITASK_SUFFIX):
-    lambda_heuristic.LambdaHeuristic()  # its bindings checked here, not in N jobs
-  multitask = axes["multitask"]
-  if multitask != model.endswith(runspec.MULTITASK_SUFFIX):
-    raise ValueError(
-        f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
-        f"sweep (gin/multitask.gin) trains a '*{runspec.MULTITASK_SUFFIX}' label, a "
-        "single-task sweep any other")
-  algorithms = axes["algorithms"]
-  # The components and a lambda bound by hand: refused here rather than in N jobs.  A
-  # lambda from calibration records is `calibration_plan`'s.
-  if multitask or not runspec.needs_calibration(components["penalty"]):
-    for a in algorithms:
-      runspec.run_definition_from_gin(a, results_dir,
-                                      algorithms=algorithms if multitask else None)
-  SlurmResources()  # validates the Slurm section's values
-  common = dict(model=model, gin_files=files, gin_params=tuple(gin_params),
-                results_dir=str(pathlib.Path(results_dir).expanduser().resolve()))
-  if multitask:  # one job per seed: runs seed by seed
-    return [Run(algorithm=a, seed=int(s), multitask=True, job_algorithms=tuple(algorithms),
-                **common) for s in axes["seeds"] for a in algorithms]
-  return [Run(algorithm=a, seed=int(s), seeds_per_job=axes["seeds_per_job"], **common)
-          for a in algorithms for s in axes["seeds"]]
-
-
-def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
-  """Run key -> what its result must have been made with (nar_markov.store.runs.check_result).
-
-  Single-task runs: `runspec.run_definition_from_gin` (settings, model, lambda;
-  lambda left out where its calibration record does not exist yet) plus the
-  seed; multi-task runs name the algorithms trained together.  Call
-  after `expand_runs` (gin parsed).
-  """
-  if not runs:
-    return {}
-  per_alg = {a: runspec.run_definition_from_gin(a, runs[0].results_dir,
-                                                algorithms=runs[0].job_algorithms or None)
-             for a in {r.algorithm for r in runs}}
-  return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
-
-
-@dataclasses.dataclass(frozen=True)
-class Calibration:
-  """Stage 1 of a G-ForgetNet sweep: the lambda calibration of one algorithm."""
-  algorithm: str
-  reading: str
-  gin_files: Tuple[str, ...]
-  gin_params: Tuple[str, ...]
-  results_dir: str
-  scope: Optional[str] = None   # NetConfig.history_scope (None: the default)
-
-  @property
-  def name(self) -> str:
-    return f"lambda calibration ({self.reading})/{self.algorithm}"
-
-  @property
-  def record_path(self) -> pathlib.Path:
-    return lambda_heuristic.record_path(self.results_dir, self.reading, self.algorithm,
-                                        self.scope)
-
-  def job_call(self) -> Tuple[Job, Dict[str, Any]]:
-    """(job, its keyword arguments) that makes this calibration's record."""
-    return Job(calibrate.calibrate_from_gin), dict(
-        gin_files=list(self.gin_files), gin_params=list(self.gin_params),
-        algorithm=self.algorithm, results_dir=self.results_dir)
-
-
-def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, dict], List[str]]:
-  """(calibrations to make, algorithm -> usable record, problems) of a sweep.
-
-  Empty unless the sweep is G-ForgetNet with lambda read from calibration
-  records (lambda_gate None).  A problem is a record that is unreadable or was
-  made with other settings: the sweep refuses to go on (nothing is
-  overwritten).  Call after `expand_runs` (gin parsed).
-  """
-  if not runs or runs[0].multitask:
-    return [], {}, []
-  if not runspec.needs_calibration(runspec.configured()["penalty"]):
-    return [], {}, []
-  heuristic = lambda_heuristic.LambdaHeuristic()
-  todo, have, problems = [], {}, []
-  seen = set()
-  for run in runs:
-    if run.algorithm in seen:
-      continue
-    seen.add(run.algorithm)
-    settings = runspec.record_settings(runspec.run_settings_from_gin(run.algorithm))
-    scope = settings.get("history_scope")
-    path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm,
-                                        scope)
-    try:
-      if lambda_heuristic.read_record(path) is None:
-        todo.append(Calibration(run.algorithm, heuristic.reading, run.gin_files,
-                                run.gin_params, run.results_dir, scope))
-        continue
-      lam, info = lambda_heuristic.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
-      have[run.algorithm] = dict(info, **{"lambda": lam})
-    except lambda_heuristic.CalibrationError as e:
-      problems.append(str(e))
-  return todo, have, problems

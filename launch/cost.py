@@ -211,6 +211,7 @@ def settings_from_gin() -> Dict[str, Any]:
   """The settings `estimate_run` and the calibration estimate read, from the
   components of the gin config parsed last (nar_markov.config.runspec.configured)."""
   from launch import cluster  # pylint: disable=g-import-not-at-top  (no jax)
+  from launch import sweep_spec  # pylint: disable=g-import-not-at-top  (no jax)
   from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top  (no jax)
   c = runspec.configured()
   protocol, net = c["protocol"], c["net"]
@@ -218,7 +219,7 @@ def settings_from_gin() -> Dict[str, Any]:
       "train_steps", "batch_size", "train_lengths", "eval_every_steps",
       "val_max_samples", "test_max_samples", "schedule_steps", "test_every_steps")}
   out["hidden_size"] = net.hidden_size
-  out["seeds_per_job"] = cluster.bound_axes()["seeds_per_job"]
+  out["seeds_per_job"] = sweep_spec.bound_axes()["seeds_per_job"]
   out["gpus_per_task"] = cluster.SlurmResources().gpus_per_task
   if isinstance(out["train_lengths"], Mapping):   # per algorithm
     out["train_lengths"] = None

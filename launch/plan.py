@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from launch import jobs
 from launch import cluster
 from launch import status
+from launch import sweep_spec
 from nar_markov.store import runs
 
 
@@ -25,42 +26,42 @@ class UsageError(Exception):
 class Plan:
   """The sweep's runs as they stand (status.RunView), and its calibrations: those
   without a record, the usable records, the last job of each that has none."""
-  runs: List[cluster.Run]
+  runs: List[sweep_spec.Run]
   views: Dict[tuple, status.RunView]
-  calibs: List[cluster.Calibration]
+  calibs: List[sweep_spec.Calibration]
   calibrated: Dict[str, dict]
   calib_jobs: Dict[str, jobs.JobState]
   problems: List[str]
   warnings: List[str]
   force: bool = False  # submit runs whose last job Slurm could not be asked about
 
-  def _runs(self, test) -> List[cluster.Run]:
+  def _runs(self, test) -> List[sweep_spec.Run]:
     return [r for r in self.runs if test(self.views[r.key])]
 
   @property
-  def done(self) -> List[cluster.Run]:
+  def done(self) -> List[sweep_spec.Run]:
     return self._runs(lambda v: v.result.done)
 
   @property
-  def flying(self) -> List[cluster.Run]:
+  def flying(self) -> List[sweep_spec.Run]:
     return self._runs(lambda v: not v.result.done and v.job is not None and v.job.in_flight)
 
   @property
-  def unknown(self) -> List[cluster.Run]:
+  def unknown(self) -> List[sweep_spec.Run]:
     return self._runs(lambda v: not v.result.done and v.job is not None
                       and v.job.phase == "unknown")
 
   @property
-  def todo(self) -> List[cluster.Run]:
+  def todo(self) -> List[sweep_spec.Run]:
     held = {r.key for r in self.flying + ([] if self.force else self.unknown)}
     return [r for r in self.runs if r not in self.done and r.key not in held]
 
   @property
-  def corrupt(self) -> List[cluster.Run]:
+  def corrupt(self) -> List[sweep_spec.Run]:
     return [r for r in self.todo if self.views[r.key].result.state == "corrupt"]
 
   @property
-  def other(self) -> List[cluster.Run]:
+  def other(self) -> List[sweep_spec.Run]:
     return [r for r in self.todo if self.views[r.key].state == "other"]
 
   @property
@@ -68,17 +69,17 @@ class Plan:
     return {a: s for a, s in self.calib_jobs.items() if s.in_flight or s.phase == "unknown"}
 
   @property
-  def calib_todo(self) -> List[cluster.Calibration]:
+  def calib_todo(self) -> List[sweep_spec.Calibration]:
     """Only the algorithms with runs left to train need their λ now."""
     needed = {r.algorithm for r in self.todo}
     return [c for c in self.calibs if c.algorithm in needed and c.algorithm not in self.calib_flying]
 
 
-def make_plan(sweep_runs: Sequence[cluster.Run], results_dir, force: bool = False) -> Plan:
-  """The plan of `sweep_runs` (cluster.expand_runs: gin parsed) on `results_dir`."""
+def make_plan(sweep_runs: Sequence[sweep_spec.Run], results_dir, force: bool = False) -> Plan:
+  """The plan of `sweep_runs` (sweep_spec.expand_runs: gin parsed) on `results_dir`."""
   views, warnings = status.survey(results_dir, sweep_runs,
-                                  cluster.expected_definitions(sweep_runs))
-  calibs, calibrated, problems = cluster.calibration_plan(sweep_runs)
+                                  sweep_spec.expected_definitions(sweep_runs))
+  calibs, calibrated, problems = sweep_spec.calibration_plan(sweep_runs)
   _, last = jobs.last_jobs(results_dir)
   algorithm_of = {str(c.record_path): c.algorithm for c in calibs}
   states, more = jobs.states({p: last[p] for p in algorithm_of if p in last})
@@ -206,7 +207,7 @@ def dry_run(plan: Plan, cluster_name: str, resources: cluster.SlurmResources,
   lines += _cost_lines(plan) + calibrations
   lines += _run_lines(plan) if full else _folded_run_lines(plan)
   if k > 1 and plan.todo:
-    groups = cluster.job_groups(plan.todo)
+    groups = sweep_spec.job_groups(plan.todo)
     lines.append(f"{len(groups)} jobs of up to {k} seeds (SEEDS_PER_JOB={k}), "
                  "each seed-group trained in one process" + (":" if full else ""))
     if full:
@@ -227,7 +228,7 @@ def job_arrays(plan: Plan) -> List[tuple]:
   arrays = [("lambda calibration", len(plan.calib_todo))] if plan.calib_todo else []
   waits = {c.algorithm for c in plan.calib_todo} | set(plan.calib_flying)
   by_wait: Dict[Optional[str], int] = {}
-  for group in cluster.job_groups(plan.todo):
+  for group in sweep_spec.job_groups(plan.todo):
     alg = group[0].algorithm if group[0].algorithm in waits else None
     by_wait[alg] = by_wait.get(alg, 0) + 1
   for alg, n in by_wait.items():

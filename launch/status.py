@@ -13,8 +13,8 @@ import pathlib
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launch import cluster
 from launch import jobs
+from launch import sweep_spec
 from nar_markov.store import runs
 
 STATES = ("done", "diverged", "running", "failed", "missing", "corrupt", "other")
@@ -26,7 +26,7 @@ _BY_PHASE = {"queued": "running", "unknown": "running", "ended": "failed"}
 class RunView:
   """One run as it stands: its result, its checkpoint (looked at where the run is not
   done and its settings are known) and its last job (None: never submitted)."""
-  run: cluster.Run
+  run: sweep_spec.Run
   result: runs.Verdict
   checkpoint: Optional[runs.Verdict] = None
   job: Optional[jobs.JobState] = None
@@ -60,12 +60,12 @@ class RunView:
     return self.job.detail if self.job else "never submitted"
 
 
-def survey(results_dir, sweep_runs: Sequence[cluster.Run],
+def survey(results_dir, sweep_runs: Sequence[sweep_spec.Run],
            expected: Optional[Mapping] = None) -> Tuple[List[RunView], List[str]]:
   """Each run as it stands, and warnings (the scheduler could not be asked).
 
   `expected`: run key -> the definition its result must have
-  (cluster.expected_definitions; then results and checkpoints made with other
+  (sweep_spec.expected_definitions; then results and checkpoints made with other
   settings are "other"), or None: the result alone is checked.
   """
   results = {r.key: runs.check_result(r.run_dir, (expected or {}).get(r.key))
@@ -96,13 +96,13 @@ def runs_on_disk(results_dir) -> List[Tuple[str, str, int]]:
   return found
 
 
-def classify(results_dir, sweep_runs: Optional[Sequence[cluster.Run]] = None,
+def classify(results_dir, sweep_runs: Optional[Sequence[sweep_spec.Run]] = None,
              expected: Optional[Mapping] = None) -> Tuple[List[RunView], List[str]]:
   """`survey` of the sweep's runs, by default of every run on disk or in a manifest
   (the result alone checked); sorted by model, algorithm and seed."""
   if sweep_runs is None:
     keys = set(runs_on_disk(results_dir)) | set(jobs.last_jobs(results_dir)[0])
-    sweep_runs = [cluster.Run(*key, gin_files=(), gin_params=(), results_dir=str(results_dir))
+    sweep_runs = [sweep_spec.Run(*key, gin_files=(), gin_params=(), results_dir=str(results_dir))
                   for key in keys]
   views, warnings = survey(results_dir, sweep_runs, expected)
   return sorted(views, key=lambda v: v.run.key), warnings

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from launch import cluster
 from launch import jobs
+from launch import sweep_spec
 from launch.plan import Plan, UsageError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -262,7 +263,7 @@ def _waits(plan: Plan, calibrations: Dict[str, str]) -> Dict[str, str]:
 
 
 def submit_calibrations(submission: Submission,
-                        calibs: Sequence[cluster.Calibration]) -> Dict[str, str]:
+                        calibs: Sequence[sweep_spec.Calibration]) -> Dict[str, str]:
   """One array, a task per algorithm; algorithm -> task id."""
   if not calibs:
     return {}
@@ -274,14 +275,14 @@ def submit_calibrations(submission: Submission,
   return {c.algorithm: str(j.job_id) for c, j in zip(calibs, array)}
 
 
-def submit_runs(submission: Submission, todo: Sequence[cluster.Run],
+def submit_runs(submission: Submission, todo: Sequence[sweep_spec.Run],
                 resources: cluster.SlurmResources, after: Dict[str, str]) -> List[Tuple[list, Any]]:
   """One array per calibration task the runs wait for (`after`: algorithm -> task;
   `--dependency=afterok`), one for all the others; [(runs, their job)]."""
   executor, manifest = submission.executor, submission.manifest
   extra = resources.executor_params()["slurm_additional_parameters"]
   by_dependency: Dict[Optional[str], list] = {}
-  for group in cluster.job_groups(todo):
+  for group in sweep_spec.job_groups(todo):
     by_dependency.setdefault(after.get(group[0].algorithm), []).append(group)
   submitted = []
   for dependency, groups in by_dependency.items():
@@ -299,7 +300,7 @@ def submit_runs(submission: Submission, todo: Sequence[cluster.Run],
             manifest.add(run, job, after=dependency)
         submission.runs_out += sum(len(g) for g in chunk)
 
-      array = submission.array([cluster.job_call(g) for g in chunk],
+      array = submission.array([sweep_spec.job_call(g) for g in chunk],
                                lambda index, chunk=chunk: manifest.tag(index, chunk), record)
       submitted += list(zip(chunk, array))
   executor.update_parameters(slurm_additional_parameters=extra)
@@ -352,10 +353,10 @@ def run_here(executor, plan: Plan, manifest: jobs.Manifest, cluster_name: str) -
     if r.algorithm in failed:
       print(f"skip {r.name}: its lambda calibration failed: {failed[r.algorithm]}")
   failures = len(plan.todo) - len(todo)
-  groups = cluster.job_groups(todo)
+  groups = sweep_spec.job_groups(todo)
   t_sweep = time.time()
   for i, group in enumerate(groups, 1):
-    why = _run_one(executor, cluster.job_call(group),
+    why = _run_one(executor, sweep_spec.job_call(group),
                    lambda job, g=group: [manifest.add(r, job) for r in g],
                    f"[{i}/{len(groups)}] {_group_name(group)}", manifest, cluster_name,
                    lambda paths, g=group: _outcome(paths, g), t_sweep)
@@ -444,7 +445,7 @@ def _run_one(executor, call, record, name: str, manifest: jobs.Manifest, cluster
   return why
 
 
-def _calibration_outcome(calib: cluster.Calibration) -> Tuple[str, None]:
+def _calibration_outcome(calib: sweep_spec.Calibration) -> Tuple[str, None]:
   rec = json.loads(calib.record_path.read_text())
   return (f"lambda = {rec['lambda']:.6g} (share {rec.get('share', 0):.3f}, "
           f"status {rec.get('status')})"), None

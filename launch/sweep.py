@@ -106,12 +106,12 @@ def pick_cluster(name: str, dry_run: bool = False) -> str:
 
 
 def expand(gin_files, gin_params, results_dir):
-  """cluster.expand_runs with bad input turned into UsageError."""
-  from launch import cluster  # pylint: disable=g-import-not-at-top
+  """sweep_spec.expand_runs with bad input turned into UsageError."""
+  from launch import sweep_spec  # pylint: disable=g-import-not-at-top
   if not gin_files:
     raise UsageError("no gin file given (--gin FILE, e.g. --gin gin/baseline.gin)")
   try:
-    return cluster.expand_runs(gin_files, gin_params, results_dir)
+    return sweep_spec.expand_runs(gin_files, gin_params, results_dir)
   except (ValueError, FileNotFoundError) as e:
     # Without gin's note on where the value was used ("In call to configurable ...").
     raise UsageError(" ".join(line.strip() for line in str(e).splitlines()
@@ -131,10 +131,10 @@ def cmd_status(args) -> int:
   if results_dir.exists() and not results_dir.is_dir():
     raise UsageError(f"--results {results_dir} is a file, not a results folder")
   if args.gin:
-    from launch import cluster  # pylint: disable=g-import-not-at-top
+    from launch import sweep_spec  # pylint: disable=g-import-not-at-top
     sweep_runs = expand(args.gin, args.gin_param, results_dir)
     views, warnings = status.classify(results_dir, sweep_runs,
-                                      cluster.expected_definitions(sweep_runs))
+                                      sweep_spec.expected_definitions(sweep_runs))
   elif not results_dir.is_dir():
     raise UsageError(f"no results folder {results_dir}")
   else:

@@ -120,7 +120,8 @@ def migrate_imports(text: str) -> str:
   return drop_launcher(_IMPORT.sub(lambda m: "import " + MOVED_MODULES[m.group(1)], text))
 
 
-# The launcher's configurables (launch/cluster.py): how a sweep ran, not what a run is.
+# The launcher's configurables (launch/cluster.py, launch/sweep_spec.py): how a sweep ran, not
+# what a run is.
 LAUNCHER_CONFIGURABLES = ("slurm_resources", "sweep_axes", "compilation_cache")
 _LAUNCHER_IMPORT = re.compile(r"^import launch\.cluster(\s+as\s+\w+)?\s*\n", re.M)
 _LAUNCHER_SECTION = re.compile(

@@ -1067,8 +1067,8 @@ def test_hint_accuracy_figure_from_evaluate_json(tmp_path, capsys):
     hint_accuracy.main(["--eval", "no-equals-sign", "--out", str(tmp_path / "fig3")])
 
 
-def test_test_curve_reports_what_each_selection_rule_would_keep(tmp_path, capsys):
-  from analysis import test_curve
+def test_selection_curve_reports_what_each_selection_rule_would_keep(tmp_path, capsys):
+  from analysis import selection_curve
   steps = [0, 50, 100, 150, 200]
   run = {"algorithm": "insertion_sort", "model": "gforget", "seed": 0,
          "penalty_start_step": 100, "val_best_step": 50, "test_score": 0.4,
@@ -1078,8 +1078,8 @@ def test_test_curve_reports_what_each_selection_rule_would_keep(tmp_path, capsys
   path.parent.mkdir()
   path.write_text(json.dumps(run))
   # A run folder is accepted as well as its result.json.
-  assert test_curve.main(["--run", f"G-ForgetNet s0={path.parent}",
-                          "--out", str(tmp_path / "fig")]) == 0
+  assert selection_curve.main(["--run", f"G-ForgetNet s0={path.parent}",
+                               "--out", str(tmp_path / "fig")]) == 0
   printed = capsys.readouterr().out.splitlines()
   assert printed[-3:] == [str(tmp_path / "fig" / f"insertion_sort_test_curve.{e}")
                           for e in ("png", "pdf", "json")]
@@ -1097,7 +1097,7 @@ def test_test_curve_reports_what_each_selection_rule_would_keep(tmp_path, capsys
   del run["curves"]["test"]
   path.write_text(json.dumps(run))
   with pytest.raises(SystemExit):
-    test_curve.main(["--run", f"x={path}", "--out", str(tmp_path / "fig2")])
+    selection_curve.main(["--run", f"x={path}", "--out", str(tmp_path / "fig2")])
   assert "no test curve" in capsys.readouterr().err
 
 

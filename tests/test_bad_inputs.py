@@ -8,6 +8,7 @@ import pytest
 
 from launch import cluster
 from launch import sweep
+from launch import sweep_spec
 from nar_markov.config import netconfig
 from nar_markov.config import runspec
 from nar_markov.probes import evaluate
@@ -90,7 +91,7 @@ def test_an_overlay_before_the_model_file_keeps_its_gpu_request(tmp_path):
   params = ["ALGORITHMS=['bfs']", "SEEDS=[0]"]
   swept = []
   for files in (["gin/slurm_gpu.gin", "gin/forget.gin"], ["gin/forget.gin", "gin/slurm_gpu.gin"]):
-    runs = cluster.expand_runs(files, params, str(tmp_path))
+    runs = sweep_spec.expand_runs(files, params, str(tmp_path))
     swept.append(([r.key for r in runs], cluster.SlurmResources()))
   assert swept[0] == swept[1]
   assert swept[0][1].gpus_per_task == 1
@@ -102,9 +103,9 @@ def test_overlays_give_the_same_sweep_in_any_order(tmp_path):
   swept = []
   for overlays in (["gin/slurm_gpu.gin", "gin/smoke.gin", "gin/triplet_mpnn.gin"],
                    ["gin/triplet_mpnn.gin", "gin/smoke.gin", "gin/slurm_gpu.gin"]):
-    runs = cluster.expand_runs(["gin/forget.gin"] + overlays, params, str(tmp_path))
+    runs = sweep_spec.expand_runs(["gin/forget.gin"] + overlays, params, str(tmp_path))
     resources = cluster.SlurmResources()
-    definitions = cluster.expected_definitions(runs)
+    definitions = sweep_spec.expected_definitions(runs)
     swept.append(([(r.key, r.seeds_per_job) for r in runs], resources, definitions))
   assert swept[0] == swept[1]
   assert swept[0][1].gpus_per_task == 1  # the GPU request is kept

@@ -10,14 +10,16 @@ import sys
 import gin
 import pytest
 
-import launch.cluster  # noqa: F401  registers the launcher's slurm_resources, sweep_axes
+import launch.cluster  # noqa: F401  registers the launcher's slurm_resources
+import launch.sweep_spec  # noqa: F401  registers the launcher's sweep_axes
 from nar_markov.config import gin_files as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"),
                *(REPO / "results").glob("*/README.md"), *(REPO / "gin").glob("*.gin")])
 # The configurables a binding can name: what gin/base.gin imports (experiment's, netconfig's,
-# lambda_heuristic's, clrs30's) and the launcher's (launch/cluster.py, imported above).
+# lambda_heuristic's, clrs30's) and the launcher's (launch/cluster.py, launch/sweep_spec.py,
+# imported above).
 CONFIGURABLES = ("Protocol", "NetConfig", "GatePenalty", "LambdaHeuristic", "run_experiment",
                  "slurm_resources", "sweep_axes", "cache_dir")
 _BINDING = re.compile(r"\b(" + "|".join(CONFIGURABLES) + r")\.([a-z_][a-z0-9_]*)\b")

@@ -1,7 +1,8 @@
 """A sweep's job and its devices: a local job sees the GPUs slurm_resources.gpus_per_task
 asks for (CUDA_VISIBLE_DEVICES, as submitit's LocalExecutor sets it), a job that asked
 for a GPU and got the CPU stops at its start with one line, and the jobs of a sweep
-share JAX's compilation cache (launch/cluster.py, launch/submit.py)."""
+share JAX's compilation cache (launch/cluster.py, launch/sweep_spec.py,
+launch/submit.py)."""
 
 import os
 import pathlib
@@ -12,9 +13,10 @@ import sys
 import gin
 import pytest
 
-from launch import submit
-from launch.plan import UsageError
 from launch import cluster
+from launch import submit
+from launch import sweep_spec
+from launch.plan import UsageError
 from nar_markov.config import gin_files as config_lib
 from nar_markov.training import devices
 
@@ -119,7 +121,7 @@ def _kwargs(tmp_path, *params):
 
 def test_a_job_asked_for_a_gpu_stops_before_it_trains_on_the_cpu(tmp_path):
   calls = []
-  job = cluster.Job(lambda **kw: calls.append(kw))
+  job = sweep_spec.Job(lambda **kw: calls.append(kw))
   with pytest.raises(devices.GpuError, match="gpus_per_task = 1 but JAX runs on cpu"):
     job(_kwargs(tmp_path, "slurm_resources.gpus_per_task = 1"))
   assert not calls
@@ -166,7 +168,7 @@ def test_a_job_compiles_into_the_sweeps_cache(tmp_path, monkeypatch):
   reads) is the sweep's, and is given back after the call (a debug sweep's jobs run in
   its own process)."""
   monkeypatch.delenv("NAR_MARKOV_JAX_CACHE", raising=False)
-  job = cluster.Job(lambda **kw: os.environ["NAR_MARKOV_JAX_CACHE"])
+  job = sweep_spec.Job(lambda **kw: os.environ["NAR_MARKOV_JAX_CACHE"])
   results = tmp_path / "results"
   assert job(_kwargs(tmp_path)) == str(results / "_jax_cache")
   assert stat.S_IMODE((results / "_jax_cache").stat().st_mode) == 0o700

@@ -50,7 +50,7 @@ def test_every_library_module_imports_without_submitit():
       "for name in names:\n"
       "  importlib.import_module(name)\n"
       "try:\n"
-      "  import launch.cluster\n"
+      "  import launch.sweep_spec\n"
       "  print('LAUNCHER IMPORTED')\n"
       "except ImportError:\n"
       "  pass\n"

@@ -14,9 +14,9 @@ import numpy as np
 import optax
 import pytest
 
-from launch import cluster
 from launch import jobs as jobs_lib
 from launch import sweep
+from launch import sweep_spec
 from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -267,30 +267,30 @@ SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin"]
 
 
 def test_job_groups_pack_up_to_k_seeds_of_one_algorithm(tmp_path):
-  runs = cluster.expand_runs(["gin/forget.gin", "gin/smoke.gin"],
+  runs = sweep_spec.expand_runs(["gin/forget.gin", "gin/smoke.gin"],
                              ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2,3,4]",
                               "SEEDS_PER_JOB=2"], str(tmp_path))
   assert {r.seeds_per_job for r in runs} == {2}
   todo = [r for r in runs if (r.algorithm, r.seed) != ("bfs", 1)]  # bfs/seed1 done
-  groups = cluster.job_groups(todo)
+  groups = sweep_spec.job_groups(todo)
   assert [(g[0].algorithm, [r.seed for r in g]) for g in groups] == [
       ("bfs", [0, 2]), ("bfs", [3, 4]), ("dfs", [0, 1]), ("dfs", [2, 3]), ("dfs", [4])]
-  job, kwargs = cluster.job_call(groups[-1])
-  assert job == cluster.Job(experiment.run_from_gin)
+  job, kwargs = sweep_spec.job_call(groups[-1])
+  assert job == sweep_spec.Job(experiment.run_from_gin)
   assert kwargs == dict(
       gin_files=list(runs[0].gin_files), gin_params=list(runs[0].gin_params),
       algorithms=["dfs"], seeds=[4], results_dir=str(tmp_path.resolve()), multitask=False)
-  assert cluster.job_call(groups[0])[1]["seeds"] == [0, 2]
+  assert sweep_spec.job_call(groups[0])[1]["seeds"] == [0, 2]
   # The default (gin/base.gin: SEEDS_PER_JOB = 1): one job per run.
-  runs1 = cluster.expand_runs(["gin/forget.gin", "gin/smoke.gin"], ["SEEDS=[0,1]"],
+  runs1 = sweep_spec.expand_runs(["gin/forget.gin", "gin/smoke.gin"], ["SEEDS=[0,1]"],
                               str(tmp_path))
-  assert [len(g) for g in cluster.job_groups(runs1)] == [1, 1, 1, 1]
-  assert cluster.job_call(cluster.job_groups(runs1)[0])[1]["seeds"] == [0]
+  assert [len(g) for g in sweep_spec.job_groups(runs1)] == [1, 1, 1, 1]
+  assert sweep_spec.job_call(sweep_spec.job_groups(runs1)[0])[1]["seeds"] == [0]
 
 
 def test_the_job_pickles_calls_its_function_and_resubmits_the_same_call(monkeypatch, tmp_path):
   seen = []
-  pickled = pickle.dumps(cluster.Job(experiment.run_from_gin))
+  pickled = pickle.dumps(sweep_spec.Job(experiment.run_from_gin))
   monkeypatch.setattr(experiment, "run_from_gin",
                       lambda gin_files, gin_params, **kwargs: seen.append(
                           (gin_files, gin_params, kwargs))
@@ -357,7 +357,7 @@ def test_slurm_submits_one_array_of_k_seed_jobs(tmp_path, fake_slurm, capsys):
   # What each array task will call: submitit's pickled (function, args).
   with open(results / "_logs" / "4242_2" / "4242_2_submitted.pkl", "rb") as f:
     delayed = pickle.load(f)
-  assert delayed.function == cluster.Job(experiment.run_from_gin)
+  assert delayed.function == sweep_spec.Job(experiment.run_from_gin)
   (kwargs,) = delayed.args
   assert (kwargs["algorithms"], kwargs["seeds"], kwargs["results_dir"]) == (
       ["insertion_sort"], [0, 1], str(results.resolve()))

@@ -24,6 +24,7 @@ from launch import cluster
 from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
+from launch import sweep_spec
 from nar_markov.store import runs as runs_lib
 from nar_markov.training import experiment
 
@@ -38,7 +39,7 @@ def _scripts(fake):
 
 
 def test_expand_runs_is_model_x_algorithms_x_seeds(tmp_path):
-  runs = cluster.expand_runs(
+  runs = sweep_spec.expand_runs(
       ["gin/forget.gin", "gin/smoke.gin"],
       ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2]"], str(tmp_path))
   assert [(r.model, r.algorithm, r.seed) for r in runs] == [
@@ -49,21 +50,21 @@ def test_expand_runs_is_model_x_algorithms_x_seeds(tmp_path):
                                str(REPO_ROOT / "gin/smoke.gin"))
   assert runs[0].results_dir == str(tmp_path.resolve())
   assert runs[4].run_dir == tmp_path.resolve() / "forget" / "dfs" / "seed1"
-  job, kwargs = cluster.job_call([runs[4]])
-  assert job == cluster.Job(experiment.run_from_gin)
+  job, kwargs = sweep_spec.job_call([runs[4]])
+  assert job == sweep_spec.Job(experiment.run_from_gin)
   assert kwargs == dict(
       gin_files=list(runs[0].gin_files), gin_params=["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1,2]"],
       algorithms=["dfs"], seeds=[1], results_dir=str(tmp_path.resolve()), multitask=False)
 
 
 def test_base_gin_sweeps_all_30_algorithms_and_10_seeds(tmp_path):
-  runs = cluster.expand_runs(["gin/baseline.gin"], [], str(tmp_path))
+  runs = sweep_spec.expand_runs(["gin/baseline.gin"], [], str(tmp_path))
   assert len(runs) == 300
   assert len({r.algorithm for r in runs}) == 30 and {r.seed for r in runs} == set(range(10))
 
 
 def test_slurm_resources_come_from_gin(tmp_path):
-  cluster.expand_runs(SMOKE[1::2], ["slurm_resources.cpus_per_task=1",
+  sweep_spec.expand_runs(SMOKE[1::2], ["slurm_resources.cpus_per_task=1",
                                     "slurm_resources.mem_gb=2",
                                     "slurm_resources.partition='gpu'",
                                     "slurm_resources.gpus_per_task=1"], str(tmp_path))
@@ -78,7 +79,7 @@ def test_slurm_resources_come_from_gin(tmp_path):
 def test_the_job_pickles_by_name_and_checkpoint_resubmits_the_same_call(monkeypatch, tmp_path):
   from nar_markov.training import calibrate  # pylint: disable=g-import-not-at-top
   gin_file, results = str(REPO_ROOT / "gin/gforget.gin"), str(tmp_path / "results")
-  calib = cluster.Calibration("bfs", "schedule", (gin_file,), ("SEEDS=[0]",), results)
+  calib = sweep_spec.Calibration("bfs", "schedule", (gin_file,), ("SEEDS=[0]",), results)
   job, kwargs = calib.job_call()
   pickled = pickle.dumps(job)
   # The function travels by its module and name: the job's process calls what that
@@ -348,16 +349,16 @@ def test_multitask_sweep_is_one_job_per_seed(tmp_path, fake_slurm, capsys):
 
 
 def test_multitask_job_trains_all_algorithms_of_its_seed(tmp_path):
-  runs = cluster.expand_runs(["gin/multitask.gin"], ["ALGORITHMS=['bfs','dfs']",
+  runs = sweep_spec.expand_runs(["gin/multitask.gin"], ["ALGORITHMS=['bfs','dfs']",
                                                      "SEEDS=[0,1]"], str(tmp_path))
   assert [(r.model, r.algorithm, r.seed) for r in runs] == [
       ("forget_multitask", "bfs", 0), ("forget_multitask", "dfs", 0),
       ("forget_multitask", "bfs", 1), ("forget_multitask", "dfs", 1)]
-  groups = cluster.job_groups(runs[1:])  # bfs/seed0 done: its job still trains both
+  groups = sweep_spec.job_groups(runs[1:])  # bfs/seed0 done: its job still trains both
   assert [[r.name for r in g] for g in groups] == [
       ["forget_multitask/dfs/seed0"], ["forget_multitask/bfs/seed1", "forget_multitask/dfs/seed1"]]
-  job, kwargs = cluster.job_call(groups[0])
-  assert job == cluster.Job(experiment.run_from_gin)
+  job, kwargs = sweep_spec.job_call(groups[0])
+  assert job == sweep_spec.Job(experiment.run_from_gin)
   assert (kwargs["algorithms"], kwargs["seeds"], kwargs["multitask"]) == (["bfs", "dfs"], [0], True)
 
 
@@ -370,7 +371,7 @@ def test_multitask_job_trains_all_algorithms_of_its_seed(tmp_path):
 ])
 def test_bad_multitask_sweeps_are_refused(tmp_path, params, match):
   with pytest.raises(ValueError, match=match):
-    cluster.expand_runs(["gin/multitask.gin"], ["ALGORITHMS=['bfs','dfs']"] + params,
+    sweep_spec.expand_runs(["gin/multitask.gin"], ["ALGORITHMS=['bfs','dfs']"] + params,
                         str(tmp_path))
 
 
@@ -547,7 +548,7 @@ def test_an_unknown_macro_or_axis_is_refused_with_the_known_ones(params, first, 
 
 
 def test_a_macro_the_command_line_defines_and_uses_is_known(tmp_path):
-  runs = cluster.expand_runs(SMOKE[1::2], ["N=[3]", "SEEDS=%N"], str(tmp_path))
+  runs = sweep_spec.expand_runs(SMOKE[1::2], ["N=[3]", "SEEDS=%N"], str(tmp_path))
   assert [r.seed for r in runs] == [3, 3]
 
 
@@ -968,7 +969,7 @@ def test_an_interrupted_local_job_is_cancelled_and_recorded(tmp_path, monkeypatc
   from launch import submit  # pylint: disable=g-import-not-at-top
   results = tmp_path / "results"
   (results / "_logs" / "%j").mkdir(parents=True)  # what submitit's local controller makes
-  runs = cluster.expand_runs(SMOKE[1::2], ["ALGORITHMS=['bfs']", "SEEDS=[0]"], str(results))
+  runs = sweep_spec.expand_runs(SMOKE[1::2], ["ALGORITHMS=['bfs']", "SEEDS=[0]"], str(results))
 
   class Job:
     job_id = "4321"

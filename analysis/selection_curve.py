@@ -2,7 +2,7 @@
 between the evaluations best-validation selection could keep, and what other selection rules
 would have kept.
 
-    python -m analysis.test_curve --run "G-ForgetNet s0=RUN/result.json" --out DIR [--name NAME]
+  python -m analysis.selection_curve --run "G-ForgetNet s0=RUN/result.json" --out DIR [--name NAME]
 
 Each --run is LABEL=PATH of a result.json whose curves hold "test" (a run without the option
 has none and is refused by name).  Writes NAME.png/.pdf (validation and test score against the
