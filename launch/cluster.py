@@ -38,8 +38,9 @@ MIN_TIMEOUT_MIN = 5
 class SlurmResources:
   """Resources of one job (one task of the sweep's array), gin: ``slurm_resources.*``.
 
-  Bound in the Slurm section of gin/base.gin; override per sweep, e.g.
-  ``--gin_param "slurm_resources.partition='gpu'"``.
+  Bound by the Slurm overlays (gin/slurm_gpu.gin) or on the command line, never by
+  gin/base.gin (a run's gin names nothing of the launcher), e.g.
+  ``--gin_param "slurm_resources.partition='gpu'"``; unbound, these defaults.
 
   partition: None = the cluster's default.  gpus_per_task: the paper's runs take 1
   (gin/slurm_gpu.gin); a job that asked for GPUs and got fewer stops at its start
