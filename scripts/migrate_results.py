@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 if __package__ in (None, ""):  # run by path: the repository root first, as benchmarks/ do
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from nar_markov.config import gin_files
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
@@ -116,27 +117,8 @@ def migrate_flat(text: str) -> str:
 
 def migrate_imports(text: str) -> str:
   """`text` (a config.gin) importing today's module where one has moved (MOVED_MODULES),
-  and without the launcher's (`drop_launcher`)."""
-  return drop_launcher(_IMPORT.sub(lambda m: "import " + MOVED_MODULES[m.group(1)], text))
-
-
-# The launcher's configurables (launch/cluster.py, launch/sweep_spec.py): how a sweep ran, not
-# what a run is.
-LAUNCHER_CONFIGURABLES = ("slurm_resources", "sweep_axes", "compilation_cache")
-_LAUNCHER_IMPORT = re.compile(r"^import launch\.cluster(\s+as\s+\w+)?\s*\n", re.M)
-_LAUNCHER_SECTION = re.compile(
-    r"^# Parameters for (?:" + "|".join(LAUNCHER_CONFIGURABLES) + r"):\n# =+\n(?:.*\S.*\n)*\n?",
-    re.M)
-_LAUNCHER_BINDING = re.compile(r"^(?:" + "|".join(LAUNCHER_CONFIGURABLES) + r")\.\w+\s*=.*\n",
-                               re.M)
-
-
-def drop_launcher(text: str) -> str:
-  """`text` (a config.gin) without the launcher's import and bindings
-  (LAUNCHER_CONFIGURABLES), so that it parses with launch/ and submitit absent."""
-  text = _LAUNCHER_IMPORT.sub("", text)
-  text = _LAUNCHER_SECTION.sub("", text)
-  return _LAUNCHER_BINDING.sub("", text)
+  and without the launcher's (`gin_files.without_launcher`)."""
+  return gin_files.without_launcher(_IMPORT.sub(lambda m: "import " + MOVED_MODULES[m.group(1)], text))
 
 
 def calibration_overrides(result: Mapping[str, Any]) -> str:

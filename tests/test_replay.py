@@ -169,6 +169,24 @@ def test_committed_config_gin_parse_without_the_launcher():
   assert int(count) > 100 and modules.strip() == "[]", out.stdout
 
 
+def test_a_run_under_the_slurm_overlay_writes_a_config_gin_without_the_launcher():
+  """gin/slurm_gpu.gin imports launch.cluster and binds slurm_resources.*: the run's
+  config.gin (experiment.run_gin) keeps neither, and gives the same run parsed alone."""
+  config.parse_gin(["gin/forget.gin", "gin/slurm_gpu.gin"])
+  try:
+    assert "import launch.cluster" in gin.config_str()
+    c = runspec.configured()
+    text = experiment.run_gin(c["model"], c["net"], c["protocol"], c["penalty"])
+  finally:
+    gin.clear_config()
+  assert "launch" not in text and "slurm_resources" not in text, text
+  gin.parse_config(text)
+  try:
+    assert runspec.configured() == c
+  finally:
+    gin.clear_config()
+
+
 OLD_GIN = """\
 ALGORITHMS = ['bfs']
 run_experiment.batch_size = 8

@@ -9,6 +9,7 @@ then the repository root.
 from __future__ import annotations
 
 import pathlib
+import re
 from typing import Sequence
 
 import gin
@@ -63,3 +64,23 @@ def bound_value(binding_key: str):
     macro_name = value.scoped_selector.rpartition("/")[0]
     value = gin.query_parameter(f"{macro_name}/macro.value")
   return value
+
+
+# The launcher's configurables (launch/cluster.py, launch/sweep_spec.py): how a sweep ran, not
+# what a run is.
+LAUNCHER_CONFIGURABLES = ("slurm_resources", "sweep_axes", "compilation_cache")
+_LAUNCHER_IMPORT = re.compile(r"^import launch(?:\.\w+)*(\s+as\s+\w+)?\s*\n", re.M)
+_LAUNCHER_SECTION = re.compile(
+    r"^# Parameters for (?:" + "|".join(LAUNCHER_CONFIGURABLES) + r"):\n# =+\n(?:.*\S.*\n)*\n?",
+    re.M)
+_LAUNCHER_BINDING = re.compile(r"^(?:" + "|".join(LAUNCHER_CONFIGURABLES) + r")\.\w+\s*=.*\n",
+                               re.M)
+
+
+def without_launcher(text: str) -> str:
+  """`text` (gin, as gin.config_str() writes it, or a config.gin) without the launcher's
+  imports and bindings (LAUNCHER_CONFIGURABLES): a run's gin, which parses with launch/
+  and submitit absent."""
+  text = _LAUNCHER_IMPORT.sub("", text)
+  text = _LAUNCHER_SECTION.sub("", text)
+  return _LAUNCHER_BINDING.sub("", text)

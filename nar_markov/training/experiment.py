@@ -99,11 +99,12 @@ def as_gin(model: str, net: NetConfig, protocol: runspec.Protocol,
 
 def run_gin(model: str, net: NetConfig, protocol: runspec.Protocol,
             penalty: Optional[runspec.GatePenalty]) -> str:
-  """A run's config.gin: the parsed gin, and after it -- where the caller gave the run
+  """A run's config.gin: the parsed gin less the launcher's settings, and after it -- where the caller gave the run
   other components than that gin makes (nar_markov/training/calibrate.py's runs: their own
   label, length and lambda) -- the run's own, which gin reads over the ones above.
   Parsed alone, it gives the run that was trained (nar_markov/tools/replay.py)."""
-  parsed = gin.config_str()
+  # The launcher's settings (a Slurm overlay's resources) say how a sweep ran, not the run.
+  parsed = config_lib.without_launcher(gin.config_str())
   if not parsed:
     return as_gin(model, net, protocol, penalty)
   try:
