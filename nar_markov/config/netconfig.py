@@ -41,6 +41,9 @@ class NetConfig:
   #                      gate is shut.  Eq. 3's "remove the use of h(t-1)" read
   #                      literally; docs/design.md says what the evidence shows.
   history_scope: str = "processor_decoder"
+  # gin/base.gin binds the pipeline's processor, Triplet-MPNN since the processor call
+  # (docs/design.md, "Which processor"); this default stays the net the tests' tiny runs
+  # and golden sets were written on.
   processor: str = "triplet_gmpnn"
   use_ln: bool = True
   nb_triplet_fts: int = 8
