@@ -101,15 +101,15 @@ def test_overlays_give_the_same_sweep_in_any_order(tmp_path):
   """Overlays that bind different settings compose to the same runs and resources."""
   params = ["ALGORITHMS=['bfs','dfs']", "SEEDS=[0,1]"]
   swept = []
-  for overlays in (["gin/slurm_gpu.gin", "gin/smoke.gin", "gin/triplet_mpnn.gin"],
-                   ["gin/triplet_mpnn.gin", "gin/smoke.gin", "gin/slurm_gpu.gin"]):
+  for overlays in (["gin/slurm_gpu.gin", "gin/smoke.gin", "gin/triplet_gmpnn.gin"],
+                   ["gin/triplet_gmpnn.gin", "gin/smoke.gin", "gin/slurm_gpu.gin"]):
     runs = sweep_spec.expand_runs(["gin/forget.gin"] + overlays, params, str(tmp_path))
     resources = cluster.SlurmResources()
     definitions = sweep_spec.expected_definitions(runs)
     swept.append(([(r.key, r.seeds_per_job) for r in runs], resources, definitions))
   assert swept[0] == swept[1]
   assert swept[0][1].gpus_per_task == 1  # the GPU request is kept
-  assert next(iter(swept[0][2].values()))["settings"]["processor"] == "triplet_mpnn"
+  assert next(iter(swept[0][2].values()))["settings"]["processor"] == "triplet_gmpnn"
 
 
 # -- evaluate -------------------------------------------------------------------------------
