@@ -17,7 +17,9 @@ import pytest
 from launch import cluster
 from launch import jobs as jobs_lib
 from launch import sweep
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs as runs_lib
@@ -216,11 +218,11 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
 
   With plain SGD: Adam's first update is ~lr * sign(gradient), which round-off
   flips for a near-zero gradient; SGD's is the gradient itself."""
-  spec = data.get_spec("bfs")
-  batches = [next(data.TrainStream("bfs", seed=s, batch_size=4, lengths=(5,)))
+  spec = preprocessing.get_spec("bfs")
+  batches = [next(train_stream.TrainStream("bfs", seed=s, batch_size=4, lengths=(5,)))
              for s in (0, 1)]
   T = batches[1].features.hints[0].data.shape[0]
-  stacked, max_length = learner.stack_batches([batches[0], data.pad_time(batches[1], T + 3)])
+  stacked, max_length = learner.stack_batches([batches[0], batching.pad_time(batches[1], T + 3)])
   assert stacked.features.hints[0].data.shape[:2] == (2, T + 3)
   assert max_length == max(int(b.features.lengths.max()) for b in batches)
   config = model_lib.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)

@@ -487,7 +487,7 @@ def test_status_of_a_missing_results_dir_is_an_error(tmp_path, capsys):
 
 
 HEAVY = ("jax", "jaxlib", "haiku", "clrs", "tensorflow", "optax", "nar_markov.training.train",
-         "nar_markov.data.pipeline", "nar_markov.nets.model")
+         "nar_markov.data.splits", "nar_markov.nets.model")
 
 
 @pytest.mark.parametrize("args", [
@@ -715,15 +715,15 @@ def test_an_unwritable_data_cache_without_the_test_splits_is_refused(tmp_path, f
 def test_the_sweep_looks_for_the_test_splits_where_the_jobs_make_them(tmp_path, monkeypatch):
   from launch import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
-  from nar_markov.data import pipeline as data  # pylint: disable=g-import-not-at-top
+  from nar_markov.data import splits  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv("NAR_MARKOV_CACHE", raising=False)
-  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
+  assert plan_lib.cached_test_split("dfs") == splits.cache_path("dfs", "test")
   config_lib.parse_gin(["gin/baseline.gin"], [f"cache_dir.path = '{tmp_path / 'gin'}'"])
-  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
-  assert str(tmp_path / "gin") in str(data.cache_path("dfs", "test"))
+  assert plan_lib.cached_test_split("dfs") == splits.cache_path("dfs", "test")
+  assert str(tmp_path / "gin") in str(splits.cache_path("dfs", "test"))
   monkeypatch.setenv("NAR_MARKOV_CACHE", str(tmp_path / "env"))
-  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
-  assert str(tmp_path / "env") in str(data.cache_path("dfs", "test"))
+  assert plan_lib.cached_test_split("dfs") == splits.cache_path("dfs", "test")
+  assert str(tmp_path / "env") in str(splits.cache_path("dfs", "test"))
 
 
 # -- interrupted, killed or out of disk while submitting --------------------------------------
