@@ -23,6 +23,7 @@ from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs as runs_lib
+from nar_markov.store import state_files
 from nar_markov.store import util
 from nar_markov.training import experiment
 
@@ -163,8 +164,8 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
                                stop_after_steps=6, **TINY)
   assert first == [{"status": "interrupted", "steps": 6}] * 2
   for s in (1, 2):
-    assert runs_lib.read_state(runs_lib.run_dir(tmp_path, MODEL, ALG, s)
-                               / "checkpoint.npz")["step"] == 6
+    assert state_files.read_state(runs_lib.run_dir(tmp_path, MODEL, ALG, s)
+                                  / "checkpoint.npz")["step"] == 6
   # Seed 0 done already (its separate run's result, with these settings): its
   # result.json is returned as it is.
   d0 = runs_lib.run_dir(tmp_path, MODEL, ALG, 0)

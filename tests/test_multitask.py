@@ -21,6 +21,7 @@ from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs as runs_lib
+from nar_markov.store import state_files
 from nar_markov.store import util
 from nar_markov.training import devices
 from nar_markov.training import experiment
@@ -61,7 +62,7 @@ def _cache(monkeypatch, data_cache_dir):
 
 
 def _load(path):
-  return runs_lib.read_state(path)
+  return state_files.read_state(path)
 
 
 def _job_ckpt(root, model, seed):
@@ -248,7 +249,7 @@ def test_finished_job_is_not_run_again(runs):
 
 def test_checkpoint_of_other_algorithms_is_refused(runs, tmp_path):
   ckpt = _job_ckpt(tmp_path, "gforget_multitask", 1)
-  runs_lib.write_state(ckpt, runs["at_10"])
+  state_files.write_state(ckpt, runs["at_10"])
   other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="checkpoint .* is for algorithms"):
     flat.run(results_dir=str(tmp_path), **other)

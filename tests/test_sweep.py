@@ -24,6 +24,7 @@ from launch import cluster
 from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
+from nar_markov.store import locks
 from nar_markov.store import runs as runs_lib
 from nar_markov.training import experiment
 
@@ -636,7 +637,7 @@ def test_a_failed_jobs_reason_is_its_exception(tmp_path, data_cache_dir, capsys)
   run_folder = runs_lib.run_dir(results, "baseline", "bfs", 0)
   args = SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--results", str(results)]
   env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir), PYTHONPATH=str(REPO_ROOT))
-  with runs_lib.run_lock(run_folder):
+  with locks.run_lock(run_folder):
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "launch/sweep.py")] + args
                           + ["--cluster", "local"], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=600, check=False)
@@ -949,7 +950,7 @@ def test_a_signal_is_one_line_and_its_exit_code(sig, code, tmp_path):
   """Here while the sweep waits for another sweep's lock.  Was: a KeyboardInterrupt
   traceback (SIGINT); SIGTERM and SIGHUP killed it without a word."""
   results = tmp_path / "results"
-  with runs_lib.sweep_lock(results):
+  with locks.sweep_lock(results):
     proc = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "launch" / "sweep.py")] + SMOKE
         + ["--results", str(results), "--cluster", "local"],

@@ -32,6 +32,7 @@ from nar_markov.data import validation_pool
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.state import checkpoint
+from nar_markov.store import locks as locks_lib
 from nar_markov.store import params_io
 from nar_markov.store import runs
 from nar_markov.store import util
@@ -61,9 +62,10 @@ def run(resolved: runspec.Resolved) -> Any:
     todo = []
     for s in seeds:
       if not all(v.done for v in verdicts[s]):
-        # One trainer per job: a second process is refused (runs.run_lock);
+        # One trainer per job: a second process is refused (locks_lib.run_lock);
         # then look again -- the other may have finished in between.
-        locks.enter_context(runs.run_lock(runs.job_folder(results_dir, model, algorithms, s)))
+        locks.enter_context(
+            locks_lib.run_lock(runs.job_folder(results_dir, model, algorithms, s)))
         verdicts[s] = verdicts_of(s)
       if all(v.done for v in verdicts[s]):
         for v in verdicts[s]:
