@@ -4,8 +4,8 @@
 > ~/.cache/nar_markov); `write_cache` stores a raw split there as one .npz (hints without
 their zero time padding, every array in the narrowest dtype that comes back bit for bit, a
 SHA-256 over it all, written atomically) and `read_cache` gives back the very arrays, or
-ValueError for a file that is cut short, altered or made with other settings
-(docs/formats.md, "Cache").  Which file holds which split: nar_markov.data.splits.
+raises for a file that is cut short, altered or made with other settings (docs/formats.md,
+"Cache").  Which file holds which split, and its regeneration: nar_markov.data.splits.
 """
 
 from __future__ import annotations
