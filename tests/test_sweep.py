@@ -913,7 +913,7 @@ def test_a_full_disk_at_the_sweep_lock_is_one_line(tmp_path, fake_slurm, monkeyp
   def full(*_, **__):
     raise OSError(errno.ENOSPC, "No space left on device")
 
-  monkeypatch.setattr(runs_lib, "_acquire", full)
+  monkeypatch.setattr(locks, "_acquire", full)
   results = tmp_path / "results"
   rc = sweep.main(SMOKE + ["--results", str(results)])
   out, err = capsys.readouterr()
