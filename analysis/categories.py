@@ -2,7 +2,7 @@
 
 The one place that knows the 30 algorithms of CLRS-30 (Veličković et al., 2022) and how the
 paper groups and spells them. Kept free of jax/clrs imports so analysis runs anywhere; the
-names are those of `clrs.CLRS_30_ALGS` (== `nar_markov.data.pipeline.ALGORITHMS`).
+names are those of `clrs.CLRS_30_ALGS` (== `nar_markov.config.clrs30.ALGORITHMS`).
 """
 
 # clrs.CLRS_30_ALGS order (clrs/_src/specs.py), which is not alphabetical: articulation_points

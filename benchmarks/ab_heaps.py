@@ -36,7 +36,7 @@ if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banner
 from benchmarks import bench
 from benchmarks import common
 from nar_markov.config import clrs30
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
 from nar_markov.nets import learner
 
 SCHEMA = "nar_markov.ab_heaps/1"
@@ -79,7 +79,7 @@ def ab(algorithm: str, blocks: int, hidden: int = 128, batch: int = 32,
       dt = time.perf_counter() - t0
       r1 = resource.getrusage(resource.RUSAGE_SELF)
       if record:
-        n = data.nb_nodes_of(feedback)
+        n = batching.nb_nodes_of(feedback)
         ms[name, n].append(dt * 1e3)
         faults[name, n].append(r1.ru_minflt - r0.ru_minflt)
         ms[name, None].append(dt * 1e3)
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   algorithms = [a for a in args.algorithms.split(",") if a]
   for a in algorithms:
-    data.check_algorithm(a)
+    clrs30.check_algorithm(a)
   report = {"schema": SCHEMA, "machine": common.machine_info(),
             "settings": {"blocks": args.blocks, "hidden": args.hidden, "batch": 32,
                          "heap_mib": args.heap_mib,

@@ -5,7 +5,7 @@
 For each algorithm, one `bench.ClrsTrainStream` batch per train size and three
 learners from the same seed: `default` (what training runs: `bench.ours_batch`'s
 time bucket, `NetConfig.remat` on), `noremat` (remat off) and `exactT` (the batch
-as dm-clrs pads it, to the sampler's running max, not to `data.time_bucket`).
+as dm-clrs pads it, to the sampler's running max, not to `nar_markov.data.batching.time_bucket`).
 Steps alternate between the three (the order flips every round); prints the median
 ms per size and their sum over one cycle.  A measurement of what each would cost,
 not a check that they compute the same (benchmarks/fingerprint.py is that).
@@ -32,7 +32,6 @@ import numpy as np
 
 from benchmarks import bench
 from nar_markov.config import clrs30
-from nar_markov.data import pipeline as data
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 

@@ -17,9 +17,9 @@ LSTM, no dropout, one message-passing step, lr 1.5e-3, clipping at 1.0):
 
 1. Steady-state training steps/s, measured in this process, alternating.
    Both consume the *same* train batches: one `ClrsTrainStream` draw (the
-   graphs of `data.TrainStream` for the same seed, with hints padded as dm-clrs
+   graphs of `train_stream.TrainStream` for the same seed, with hints padded as dm-clrs
    pads them: to the sampler's running max_steps), which our model receives
-   time-bucketed by `ours_batch` (exactly what `data.TrainStream` yields; the
+   time-bucketed by `ours_batch` (exactly what `train_stream.TrainStream` yields; the
    test checks it). After a warm-up block per model (one batch per train
    length), blocks of one batch per length go to ours then clrs (the order
    flips every block) until each has `--steps` timed steps. A step is timed to
@@ -99,7 +99,11 @@ import numpy as np
 from benchmarks import common
 from nar_markov import quiet
 from nar_markov.config import clrs30
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import splits
+from nar_markov.data import train_stream
+from nar_markov.data import validation_pool
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import util
@@ -144,8 +148,8 @@ def disable_persistent_cache() -> Dict[str, Any]:
 # -- data: one draw, two paddings -------------------------------------------------
 
 
-class ClrsTrainStream(data.TrainStream):
-  """`data.TrainStream`'s graphs with hints as dm-clrs pads them.
+class ClrsTrainStream(train_stream.TrainStream):
+  """`train_stream.TrainStream`'s graphs with hints as dm-clrs pads them.
 
   run.py feeds `BaselineModel` `sampler.next(batch_size)`, whose hints clrs
   pads to the sampler's running max_steps (it only grows, so shapes change
@@ -154,10 +158,11 @@ class ClrsTrainStream(data.TrainStream):
   """
 
   def __next__(self) -> clrs.Feedback:
-    # Mirrors data.TrainStream.__next__; tests/test_bench.py checks that
+    # Mirrors train_stream.TrainStream.__next__; tests/test_bench.py checks that
     # `ours_batch` of this equals TrainStream's batch, so a drift fails there.
     feedback = self._samplers[self._next].next(self.batch_size)  # pylint: disable=protected-access
-    feedback = data.preprocess_feedback(self.algorithm, feedback, self._rng)  # pylint: disable=protected-access
+    feedback = preprocessing.preprocess_feedback(
+        self.algorithm, feedback, self._rng)  # pylint: disable=protected-access
     self._next = (self._next + 1) % len(self.lengths)
     self.batches_drawn += 1
     return feedback
@@ -168,9 +173,9 @@ def hint_time(feedback: clrs.Feedback) -> int:
 
 
 def ours_batch(algorithm: str, feedback: clrs.Feedback) -> clrs.Feedback:
-  """What `data.TrainStream` yields for this clrs-padded batch."""
-  return data.pad_time(feedback, data.time_bucket(
-      algorithm, data.nb_nodes_of(feedback), hint_time(feedback)))
+  """What `train_stream.TrainStream` yields for this clrs-padded batch."""
+  return batching.pad_time(feedback, batching.time_bucket(
+      algorithm, batching.nb_nodes_of(feedback), hint_time(feedback)))
 
 
 # -- the two implementations --------------------------------------------------------
@@ -185,7 +190,7 @@ def ours_model(algorithm: str, nb_dims, hidden: int) -> learner.Learner:
                                encoder_init="xavier_on_scalars")
   optimizer = learner.make_optimizer(LEARNING_RATE, PROTOCOL_TRAIN_STEPS,
                                    GRAD_CLIP_MAX_NORM)
-  return learner.Learner([data.get_spec(algorithm)], [nb_dims], config, optimizer,
+  return learner.Learner([preprocessing.get_spec(algorithm)], [nb_dims], config, optimizer,
                          algorithms=[algorithm])
 
 
@@ -328,7 +333,7 @@ def measure_steady_state(algorithm: str, *, steps: int = 30, hidden: int = 128,
           excluded[name] += 1
           continue
         times[name].append(dt)
-        sizes[name].append(data.nb_nodes_of(feedback))
+        sizes[name].append(batching.nb_nodes_of(feedback))
         hint_times[name].append(hint_time(prepared[0]))
         losses[name].append(float(loss))
 
@@ -386,7 +391,7 @@ def compile_run(impl: str, algorithm: str, *, steps: int, hidden: int,
   cache_log = common.CacheLog()   # with the cache off: each compilation's CPU seconds
   t0 = time.perf_counter()
   # Each gets what its own training loop is fed (train.py / run.py).
-  stream_cls = data.TrainStream if impl == "ours" else ClrsTrainStream
+  stream_cls = train_stream.TrainStream if impl == "ours" else ClrsTrainStream
   stream = stream_cls(algorithm, seed=seed, batch_size=batch,
                       lengths=tuple(lengths))
   first = next(stream)
@@ -401,7 +406,7 @@ def compile_run(impl: str, algorithm: str, *, steps: int, hidden: int,
     if step:
       feedback = next(stream)
     prepared = trainer.prepare(feedback)
-    shapes.add((data.nb_nodes_of(prepared[0]), hint_time(prepared[0])))
+    shapes.add((batching.nb_nodes_of(prepared[0]), hint_time(prepared[0])))
     trainer.run(prepared)
   wall_s = time.perf_counter() - t0
   cache_log.close()
@@ -457,16 +462,16 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
   counter = common.CompileCounter()
   cache_log = common.CacheLog()   # with the cache off: each compilation's CPU seconds
   t0 = time.perf_counter()
-  test = data.load_split(algorithm, "test")
+  test = splits.load_split(algorithm, "test")
   if samples:
-    test = data.take_samples(test, samples)
-  samples = data.nb_samples_of(test)
-  spec = data.get_spec(algorithm)
+    test = batching.take_samples(test, samples)
+  samples = batching.nb_samples_of(test)
+  spec = preprocessing.get_spec(algorithm)
   load_s = time.perf_counter() - t0
   # Parameters do not depend on nb_nodes or the batch: initialise on one
   # sample, so init's memory does not count as the pass's.
-  init_feedback = data.take_samples(test, 1)
-  nb_nodes = data.nb_nodes_of(test)
+  init_feedback = batching.take_samples(test, 1)
+  nb_nodes = batching.nb_nodes_of(test)
   if impl == "ours":
     batch_size = learner.default_test_batch_size(spec, nb_nodes, hidden)
     net = ours_model(algorithm, model_lib.nb_dims_of(test), hidden)
@@ -483,7 +488,7 @@ def ood_pass(impl: str, algorithm: str, *, hidden: int,
                        f"of {batch_size}; --ood-samples must be a multiple")
     model = build_clrs(spec, init_feedback, hidden, seed + 1)
     def run():
-      batches = (b for b, _ in data.eval_batches(test, batch_size))
+      batches = (b for b, _ in batching.eval_batches(test, batch_size))
       return clrs_run.collect_and_eval(
           batches, model.predict, samples, jax.random.PRNGKey(seed), extras=None)
   rss_before_mb = _peak_rss_mb()
@@ -593,21 +598,21 @@ def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
   whose edge-pointer decoders would build more than `clrs_max_gib` GiB is
   timed with fewer samples and scaled to 32 (`scaled_from_batch`).
   """
-  spec = data.get_spec(algorithm)
+  spec = preprocessing.get_spec(algorithm)
   t0 = time.perf_counter()
-  pool = data.ValidationPool(algorithm, seed=seed)
+  pool = validation_pool.ValidationPool(algorithm, seed=seed)
   pool_s = time.perf_counter() - t0
   t0 = time.perf_counter()
   val = pool.draw(PROTOCOL_EVAL_EVERY_STEPS)
   draw_s = time.perf_counter() - t0
-  test = data.load_split(algorithm, "test")
-  n_val, n_test = data.nb_samples_of(val), data.nb_samples_of(test)
-  test_nodes = data.nb_nodes_of(test)
+  test = splits.load_split(algorithm, "test")
+  n_val, n_test = batching.nb_samples_of(val), batching.nb_samples_of(test)
+  test_nodes = batching.nb_nodes_of(test)
   evals_per_run = PROTOCOL_TRAIN_STEPS // PROTOCOL_EVAL_EVERY_STEPS
 
   net = ours_model(algorithm, model_lib.nb_dims_of(test), hidden)
-  params = net.init(jax.random.PRNGKey(seed), [data.take_samples(val, 1).features])
-  clrs_model = build_clrs(spec, data.take_samples(val, 1), hidden, seed + 1)
+  params = net.init(jax.random.PRNGKey(seed), [batching.take_samples(val, 1).features])
+  clrs_model = build_clrs(spec, batching.take_samples(val, 1), hidden, seed + 1)
   key = jax.random.PRNGKey(seed)
 
   ours_test_batches, ours_test_size = _ours_batches(
@@ -624,13 +629,13 @@ def measure_eval(algorithm: str, *, hidden: int, seed: int, reps: int = 2,
   }
   res = {"evals_per_run": evals_per_run, "val_samples": n_val,
          "test_samples": n_test, "test_nb_nodes": test_nodes,
-         "val_nb_nodes": data.nb_nodes_of(val), "pool_build_s": pool_s,
+         "val_nb_nodes": batching.nb_nodes_of(val), "pool_build_s": pool_s,
          "time_steps": time_steps}
   fns, batches = {}, {}   # ours val, clrs val, ours test, clrs test: each pair side by side
   for split, feedback in (("val", val), ("test", test)):
     for impl in ("ours", "clrs"):
       size, _ = plan[impl][split]
-      full, _ = next(data.eval_batches(feedback, size))
+      full, _ = next(batching.eval_batches(feedback, size))
       batch = _truncate_time(full, time_steps)
       batches[impl, split] = (full, batch)
       if impl == "ours":
@@ -919,12 +924,12 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
   counter = common.CompileCounter()
   try:
     for algorithm in algorithms:
-      data.check_algorithm(algorithm)
+      clrs30.check_algorithm(algorithm)
       if algorithm in report["algorithms"]:
         _log(f"{algorithm}: in {out} already, skipped")
         continue
       _log(f"{algorithm}: steady state (hidden {hidden}, batch {batch})")
-      res = {"train_lengths": list(data.train_lengths(algorithm, lengths)),
+      res = {"train_lengths": list(clrs30.train_lengths(algorithm, lengths)),
              "host_cpu": devices.describe_host_cpu(),
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                  timespec="seconds"),
@@ -1042,7 +1047,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     algorithms = list(clrs30.ALGORITHMS)
   try:
     for a in algorithms:
-      data.check_algorithm(a)
+      clrs30.check_algorithm(a)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

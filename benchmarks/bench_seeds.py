@@ -14,7 +14,7 @@ runs, per training step, on this machine:
 - sequential: the same K seeds one after another, each with its own
   `learner.Learner` (so its own jitted `Learner.train_step`), as K separate runs.
 
-Both consume the same train batches (each seed's `data.TrainStream`, drawn
+Both consume the same train batches (each seed's `train_stream.TrainStream`, drawn
 once up front), start from the same parameters (`PRNGKey(seed)`) and use the
 protocol's optimizer; evaluation is not timed.  Compilation is excluded:
 each side first runs one step on every distinct batch shape it will see
@@ -53,7 +53,8 @@ import numpy as np
 from benchmarks import common
 from nar_markov import quiet
 from nar_markov.config import clrs30
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import util
@@ -75,12 +76,12 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   """The measurement; returns the JSON report."""
   if k < 1 or steps < 1 or rounds < 1:
     raise ValueError(f"--k, --steps and --rounds must be >= 1, got {k}, {steps}, {rounds}")
-  algorithm = data.check_algorithm(algorithm)
+  algorithm = clrs30.check_algorithm(algorithm)
   seeds = list(range(seed, seed + k))
   t_start = time.time()
 
   _log(f"drawing {rounds} x {steps} batches for each of seeds {seeds}")
-  streams = [data.TrainStream(algorithm, seed=s, batch_size=batch, lengths=tuple(lengths))
+  streams = [train_stream.TrainStream(algorithm, seed=s, batch_size=batch, lengths=tuple(lengths))
              for s in seeds]
   n_batches = rounds * steps
   batches = [[next(st) for _ in range(n_batches)] for st in streams]  # [seed][step]
@@ -117,7 +118,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
           run_["params"], run_["opt"], run_["batches"][t], lam, 0, rng)
       jax.block_until_ready(out)
       if record:
-        step_times["sequential"].append((data.nb_nodes_of(run_["batches"][t]),
+        step_times["sequential"].append((batching.nb_nodes_of(run_["batches"][t]),
                                          time.time() - t0))
 
   def vmap_block(step_ids, record=False):
@@ -129,7 +130,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
           vnet.step_keys(seeds, t), max_length)
       jax.block_until_ready(out)
       if record:
-        step_times["vmapped"].append((data.nb_nodes_of(batches[0][t]), time.time() - t0))
+        step_times["vmapped"].append((batching.nb_nodes_of(batches[0][t]), time.time() - t0))
 
   # Warm-up: one step per distinct batch shape each side will see.
   compiles = common.CompileCounter()

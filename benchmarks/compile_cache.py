@@ -12,7 +12,7 @@ split) cut to `--train-steps` steps (each train size once with the default 5) wi
 `Protocol.schedule_steps` = 10,000, so that every function it compiles is the one a
 10,000-step run compiles (the schedule's horizon is a constant of the train step):
 the same compilations as a whole run, which compiles one train step per train size
-(one time bucket each, data.time_bucket), the validation and the test step.
+(one time bucket each, nar_markov.data.batching.time_bucket), the validation and the test step.
 
 Each worker records every backend compilation (`jax.monitoring`'s
 '/jax/core/compile/backend_compile_duration': for a cache hit it times the load) and

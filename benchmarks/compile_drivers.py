@@ -3,10 +3,10 @@
     python benchmarks/compile_drivers.py [--algorithms bfs] [--nb-nodes 16] [--hidden 128]
         [--batch 32] [--variants ours,ours_noremat,ours_reference,clrs] [--out FILE.json]
 
-For each algorithm, one train batch at `--nb-nodes` (time-bucketed as data.TrainStream
-pads it) and each variant's jitted train step, traced, lowered and compiled in this
-process with JAX's persistent cache off (what each costs: `trace_s`, `lower_s`,
-`compile_s`), and what the compiler was given and made of it:
+For each algorithm, one train batch at `--nb-nodes` (time-bucketed as
+nar_markov.data.train_stream.TrainStream pads it) and each variant's jitted train step,
+traced, lowered and compiled in this process with JAX's persistent cache off (what each
+costs: `trace_s`, `lower_s`, `compile_s`), and what the compiler was given and made of it:
 
 - `jaxpr`: equations of the traced step, nested ones included; the hint-time loop
   (`scan` and its lengths), the per-step `cond` (ours skips finished steps),
@@ -22,7 +22,7 @@ Variants: `ours` (the default net, nar_markov.nets.fastnet, remat on), `ours_nor
 NetConfig.impl='reference'), `clrs` (dm-clrs 2.0.3's BaselineModel's own jitted
 feedback step, built as its examples/run.py builds it; benchmarks/bench.py).
 `shapes_per_run`: the distinct shapes one run compiles a step for (a train step per
-train size, data.time_bucket leaving one time length per size; the validation and
+train size, batching.time_bucket leaving one time length per size; the validation and
 the test step).  benchmarks/gpu_check.py runs the same measurement on a GPU.
 Writes JSON (schema `nar_markov.compile_drivers/1`) and prints a markdown table.
 """
@@ -52,7 +52,7 @@ import numpy as np
 from benchmarks import bench
 from benchmarks import common
 from nar_markov.config import clrs30
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import util
@@ -184,9 +184,9 @@ def step_of(variant: str, algorithm: str, feedback, spec, hidden: int, seed: int
 
 def shapes_per_run(algorithm: str, lengths: Sequence[int] = clrs30.TRAIN_LENGTHS) -> Dict[str, Any]:
   """The train shapes (nodes, hint time) a run compiles, and its evaluation steps."""
-  sizes = data.train_lengths(algorithm, lengths)
-  measured = data._trajectory_lengths()[algorithm]["train_T"]  # pylint: disable=protected-access
-  train = [[int(n), data.time_bucket(algorithm, n, int(measured.get(str(n), n)))]
+  sizes = clrs30.train_lengths(algorithm, lengths)
+  measured = clrs30.trajectory_lengths()[algorithm]["train_T"]  # pylint: disable=protected-access
+  train = [[int(n), batching.time_bucket(algorithm, n, int(measured.get(str(n), n)))]
            for n in sizes]
   return {"train": train, "eval": ["validation", "test"], "total": len(train) + 2}
 
@@ -239,7 +239,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = p.parse_args(argv)
   variants = [v.strip() for v in args.variants.split(",") if v.strip()]
   try:
-    algorithms = [data.check_algorithm(a.strip()) for a in args.algorithms.split(",")]
+    algorithms = [clrs30.check_algorithm(a.strip()) for a in args.algorithms.split(",")]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
       raise ValueError(f"unknown variants {unknown}; valid: {', '.join(VARIANTS)}")

@@ -33,7 +33,8 @@ import numpy as np
 
 from benchmarks import common
 from nar_markov.config import clrs30
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 
@@ -57,7 +58,7 @@ def _digest(tree) -> str:
 
 def fingerprint(algorithm: str, history: str, steps: int) -> Dict[str, Any]:
   lengths = (16,) if algorithm in clrs30.STRING_MATCHERS else (4, 7)
-  stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=lengths)
+  stream = train_stream.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=lengths)
   batches = [next(stream) for _ in range(steps)]
   config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=NB_TRIPLET_FTS,
                                history=history)
@@ -72,8 +73,8 @@ def fingerprint(algorithm: str, history: str, steps: int) -> Dict[str, Any]:
     losses.append(jax.device_get(l))
   # Evaluation samples: 8 fresh graphs at the largest size, time-padded as a
   # split is (evaluate_split's batches keep the whole time axis).
-  val = next(data.TrainStream(algorithm, seed=1, batch_size=EVAL_SAMPLES,
-                              lengths=lengths[-1:]))
+  val = next(train_stream.TrainStream(algorithm, seed=1, batch_size=EVAL_SAMPLES,
+                                      lengths=lengths[-1:]))
   out = {"losses": _digest(losses), "params": _digest(params),
          "loss_last": float(losses[-1].total)}
   for name, with_hints in (("val", True), ("test_style", False)):
@@ -83,7 +84,7 @@ def fingerprint(algorithm: str, history: str, steps: int) -> Dict[str, Any]:
         np.asarray(res[k]) for k in ("hint_per_step", "history_norm") if k in res])
     out[name + "_score"] = res["score"]
   # Predictions themselves, not only their score.
-  batch, _ = next(data.eval_batches(val, EVAL_BATCH))
+  batch, _ = next(batching.eval_batches(val, EVAL_BATCH))
   for with_hints in (True, False):
     preds, extras = net.eval_batch(params, batch, 0, with_hints)
     out[f"preds_hints_{with_hints}"] = _digest([preds, extras])

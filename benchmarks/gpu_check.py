@@ -375,11 +375,11 @@ def row_sampler(tiny: bool, progress: Optional[str] = None, **_) -> Dict[str, An
   """dm-clrs's training loop as run.py runs it, at one train size: its sampler pads the
   hints to its running max_steps, so its jitted step compiles again whenever that grows.
   Per batch: the hint time, the step's compilations and seconds; beside it the time
-  length ours would pad the batch to (data.time_bucket). The persistent cache is off;
+  length ours would pad the batch to (batching.time_bucket). The persistent cache is off;
   the model is initialised by its init's computation jitted (`_init_jitted`)."""
   from benchmarks import bench  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from nar_markov.data import pipeline as data  # pylint: disable=g-import-not-at-top
+  from nar_markov.data import batching  # pylint: disable=g-import-not-at-top
   s = sizes(tiny)
   bench.disable_persistent_cache()
   algorithm, step_fn = "bfs", bench.TRAIN_STEP_FUNCTION["clrs"]
@@ -406,7 +406,7 @@ def row_sampler(tiny: bool, progress: Optional[str] = None, **_) -> Dict[str, An
                       "max_length": int(max(feedback.features.lengths)),
                       "step_compilations": int(after[0] - before[0]),
                       "step_compile_s": float(after[1] - before[1]), "step_s": step_s,
-                      "ours_hint_time": data.time_bucket(algorithm, s["sampler_nodes"], hint)})
+                      "ours_hint_time": batching.time_bucket(algorithm, s["sampler_nodes"], hint)})
       _progress(progress, {"batches": batches})
   finally:
     counter.close()

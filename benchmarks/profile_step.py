@@ -70,7 +70,7 @@ import optax
 from benchmarks import bench
 from benchmarks import common
 from nar_markov.config import clrs30
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
 from nar_markov.nets import model as model_lib
 
 SCHEMA = "nar_markov.profile/1"
@@ -539,7 +539,7 @@ def profile_algorithm(algorithm: str, impls: Sequence[str], hidden: int, batch: 
   by_impl = {impl: {} for impl in impls}
   sizes = []
   for feedback in feedbacks:
-    n = data.nb_nodes_of(feedback)
+    n = batching.nb_nodes_of(feedback)
     if n not in sizes:  # one size for all train lengths (segments_intersect: 4 nodes)
       sizes.append(n)
       turn = impls if len(sizes) % 2 else list(reversed(impls))

@@ -119,7 +119,7 @@ def check(plan: Plan, archive_mismatched: bool, results_dir) -> List[str]:
 
 
 def data_cache_dir() -> pathlib.Path:
-  """The data cache the jobs will use: nar_markov.data.pipeline.resolve_cache_dir's answer
+  """The data cache the jobs will use: nar_markov.data.split_cache.resolve_cache_dir's answer
   ($NAR_MARKOV_CACHE > gin `cache_dir.path` > ~/.cache/nar_markov), without clrs."""
   from nar_markov.config import clrs30  # pylint: disable=g-import-not-at-top
   for candidate in (os.environ.get("NAR_MARKOV_CACHE"), clrs30.cache_dir()):
@@ -129,7 +129,7 @@ def data_cache_dir() -> pathlib.Path:
 
 
 def cached_test_split(algorithm: str) -> Optional[pathlib.Path]:
-  """nar_markov.data.pipeline.cache_path(algorithm, 'test'), without importing clrs (None where
+  """nar_markov.data.splits.cache_path(algorithm, 'test'), without importing clrs (None where
   dm-clrs is not installed)."""
   try:
     version = importlib.metadata.version("dm-clrs")

@@ -1,8 +1,9 @@
 """What became of a sweep's runs: done, diverged, running, failed, missing, corrupt, other.
 
 `survey` is what the sweep plans from and what --status reports: each run's result
-(nar_markov.store.runs.check_result), its checkpoint (runs.check_checkpoint, where the
-settings are known) and its last job (launch/jobs.py).  Imports no jax.
+(nar_markov.store.runs.check_result), its checkpoint
+(nar_markov.store.state_files.check_checkpoint, where the settings are known) and its last
+job (launch/jobs.py).  Imports no jax.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from launch import jobs
 from launch import sweep_spec
 from nar_markov.store import runs
+from nar_markov.store import state_files
 
 STATES = ("done", "diverged", "running", "failed", "missing", "corrupt", "other")
 # A job's phase (jobs.JobState) as a run's state; never submitted: missing.
@@ -76,7 +78,7 @@ def survey(results_dir, sweep_runs: Sequence[sweep_spec.Run],
   checkpoints = {}
   if expected:
     for r in unfinished:
-      checkpoints[r.key] = runs.check_checkpoint(
+      checkpoints[r.key] = state_files.check_checkpoint(
           r.checkpoint_folder, [expected[(r.model, a, r.seed)] for a in r.trained_with])
   return [RunView(r, results[r.key], checkpoints.get(r.key), states.get(r.key))
           for r in sweep_runs], warnings

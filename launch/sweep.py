@@ -44,6 +44,7 @@ from launch import plan as plan_lib
 from launch import status
 from launch import submit
 from nar_markov import quiet
+from nar_markov.store import locks
 from nar_markov.store import runs
 from launch.plan import UsageError
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -156,7 +157,7 @@ def cmd_sweep(args, argv: List[str]) -> int:
     return 0
   with contextlib.ExitStack() as lock:
     try:  # one sweep at a time plans and submits on a results folder
-      lock.enter_context(runs.sweep_lock(results_dir))
+      lock.enter_context(locks.sweep_lock(results_dir))
     except OSError as e:
       raise UsageError(f"--results {results_dir}: cannot take the sweep lock "
                        f"{results_dir / runs.SWEEP_LOCK} ({e.strerror})") from None

@@ -19,8 +19,8 @@ M = {
                    "tests/test_gpu_check.py::test_a_row_stopped_by_the_budget_keeps_what_it_measured"),
  "no_afterok": ("launch/submit.py", '"dependency": f"afterok:{dependency}", ', "",
                    "tests/test_slurm.py::test_gforget_sweep_calibrates_first_and_each_task_waits_for_its_algorithm"),
- "no_resume": ("nar_markov/state/checkpoint.py", "  if not path.exists():\n    return None\n  try:\n    return runs.read_state(path)",
-                   "  if True:\n    return None\n  try:\n    return runs.read_state(path)",
+ "no_resume": ("nar_markov/state/checkpoint.py", "  if not path.exists():\n    return None\n  try:\n    return state_files.read_state(path)",
+                   "  if True:\n    return None\n  try:\n    return state_files.read_state(path)",
                    "tests/test_slurm.py::test_requeued_and_preempted_jobs_resume_from_their_checkpoints"),
 }
 if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],

@@ -12,7 +12,8 @@ from benchmarks import ab_variants
 from benchmarks import bench
 from benchmarks import bench_seeds
 from benchmarks import common
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import train_stream
 from nar_markov.training import devices
 
 
@@ -24,7 +25,7 @@ def _arrays(feedback):
 
 def test_both_models_get_the_same_graphs_as_train_stream():
   """clrs's batch is TrainStream's before our time bucketing, bit for bit."""
-  ours = data.TrainStream("bfs", seed=3, batch_size=4, lengths=(4, 7))
+  ours = train_stream.TrainStream("bfs", seed=3, batch_size=4, lengths=(4, 7))
   theirs = bench.ClrsTrainStream("bfs", seed=3, batch_size=4, lengths=(4, 7))
   for _ in range(4):
     clrs_batch = next(theirs)
@@ -218,13 +219,13 @@ def test_eval_batches_are_counted_as_the_loops_run_them():
 
   class Recorder:
     def eval_batch(self, params, batch, index, with_hints):
-      calls.append(data.nb_samples_of(batch))
+      calls.append(batching.nb_samples_of(batch))
       out = batch.outputs[0]
       return {out.name: out}, None
 
   for n_total, batch_size in [(32, 7), (2048, 7), (64, 32), (5, 32)]:
     calls.clear()
-    split = data.take_samples(next(data.TrainStream(
+    split = batching.take_samples(next(train_stream.TrainStream(
         "bfs", seed=0, batch_size=n_total, lengths=(4,))), n_total)
     learner.evaluate_split(Recorder(), None, split, 0, batch_size, False)
     assert (len(calls), calls[0]) == bench._ours_batches(n_total, batch_size)  # pylint: disable=protected-access
@@ -265,7 +266,7 @@ def test_eval_calls_are_timed_alternating_after_a_first_run():
 
 
 def test_truncated_eval_batch_cuts_time_and_lengths():
-  feedback = next(data.TrainStream("dfs", seed=0, batch_size=4, lengths=(7,)))
+  feedback = next(train_stream.TrainStream("dfs", seed=0, batch_size=4, lengths=(7,)))
   cut = bench._truncate_time(feedback, 5)  # pylint: disable=protected-access
   assert bench.hint_time(cut) == 5
   assert int(np.max(cut.features.lengths)) <= 5

@@ -7,6 +7,7 @@ import pytest
 
 from nar_markov.state import checkpoint
 from nar_markov.store import runs
+from nar_markov.store import state_files
 
 # The keys a checkpoint of the one loop has always held (what an older version reads).
 ON_DISK = {"format", "algorithms", "step", "best_val", "best_step", "best_params", "best_scores",
@@ -31,7 +32,7 @@ def test_a_state_round_trips_through_its_checkpoint_file(tmp_path):
   state = _state()
   path = tmp_path / runs.CHECKPOINT_NAME
   checkpoint.save(path, state, {"w": np.ones(2)}, [np.zeros(1)], [{"next": 3}])
-  on_disk = runs.read_state(path)
+  on_disk = state_files.read_state(path)
   assert set(on_disk) == ON_DISK
   back = checkpoint.SeedState.from_state(on_disk)
   np.testing.assert_array_equal(back.selection.best_params["w"], np.arange(3.0))

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nar_markov.data import pipeline as data
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 
@@ -116,8 +116,8 @@ def _largest_difference(ours, theirs):
 def test_training_is_dm_clrs_training(algorithm, processor, float64_same_noise):
   if jax.local_device_count() != 1:
     pytest.skip("dm-clrs's BaselineModel pmaps over more than one device")
-  stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH,
-                            lengths=(NB_NODES,))
+  stream = train_stream.TrainStream(algorithm, seed=0, batch_size=BATCH,
+                                    lengths=(NB_NODES,))
   assert COVERS[algorithm] in [(loc, t) for _, loc, t in stream.spec.values()]
   batches = [next(stream) for _ in range(STEPS)]
 

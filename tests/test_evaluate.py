@@ -89,16 +89,18 @@ def test_params_io_imports_no_jax():
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory, data_cache_dir):
   """A freshly initialised tiny G-ForgetNet on bfs, saved as a run folder would be."""
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import preprocessing
+  from nar_markov.data import splits
   from nar_markov.nets import learner
   from nar_markov.nets import model as model_lib
 
-  val = data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir))
+  val = splits.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir))
   nb_dims = model_lib.nb_dims_of(val)
   config = model_lib.NetConfig(**TINY_NET)
-  net = learner.Learner([data.get_spec(ALGORITHM)], [nb_dims], config,
+  net = learner.Learner([preprocessing.get_spec(ALGORITHM)], [nb_dims], config,
                     learner.make_optimizer(1e-3, 10, 1.0))
-  init_batch = next(iter(data.eval_batches(val, 8)))[0]
+  init_batch = next(iter(batching.eval_batches(val, 8)))[0]
   params, _ = net.init_state(5, [init_batch.features])
   # Perturbed so that they are no initialisation evaluate could redo by itself.
   rng = np.random.RandomState(0)
@@ -114,12 +116,13 @@ def saved_run(tmp_path_factory, data_cache_dir):
 
 
 def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import splits
   from nar_markov.nets import learner
   from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
-  test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
+  test = splits.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
   expected = learner.evaluate_split(net, params, test, 0, SAMPLES, with_hints=False,
                                   max_samples=SAMPLES)
   lines = []
@@ -132,7 +135,7 @@ def test_saved_model_scores_as_in_process(saved_run, data_cache_dir):
   assert lines == [f"bfs test nodes=64 samples={SAMPLES} score={expected['score']:.4f}"]
   assert (out["model"], out["seed"]) == ("gforget", 5)
   # The check can fail: other parameters (the unperturbed initialisation) score otherwise.
-  init_batch = next(iter(data.eval_batches(test, SAMPLES)))[0]
+  init_batch = next(iter(batching.eval_batches(test, SAMPLES)))[0]
   other, _ = net.init_state(5, [init_batch.features])
   assert learner.evaluate_split(net, other, test, 0, SAMPLES, with_hints=False,
                               max_samples=SAMPLES)["score"] != expected["score"]
@@ -179,24 +182,26 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
 
 def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_dir):
   """Saved with meta['algorithms'] (the algorithm_index order) and nb_dims per algorithm."""
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import preprocessing
+  from nar_markov.data import splits
   from nar_markov.nets import learner
   from nar_markov.nets import model as model_lib
   from nar_markov.probes import evaluate
 
   algorithms = [ALGORITHM, "minimum"]
-  vals = [data.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]
+  vals = [splits.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]
   nb_dims = [model_lib.nb_dims_of(v) for v in vals]
   config = model_lib.NetConfig(hidden_size=8, nb_triplet_fts=4, history="none")
-  net = learner.Learner([data.get_spec(a) for a in algorithms], nb_dims, config,
-                    learner.make_optimizer(1e-3, 10, 1.0))
+  net = learner.Learner([preprocessing.get_spec(a) for a in algorithms], nb_dims, config,
+                        learner.make_optimizer(1e-3, 10, 1.0))
   params, _ = net.init_state(
-      1, [next(iter(data.eval_batches(v, 8)))[0].features for v in vals])
+      1, [next(iter(batching.eval_batches(v, 8)))[0].features for v in vals])
   run_dir = tmp_path / "forget_multitask" / ALGORITHM / "seed1"
   params_io.save_params(run_dir / "params.npz", params, dataclasses.asdict(config),
                         {"algorithm": ALGORITHM, "algorithms": algorithms, "nb_dims": nb_dims,
                          "model": "forget_multitask", "seed": 1})
-  test = data.load_split("minimum", "test", cache_dir=str(data_cache_dir))
+  test = splits.load_split("minimum", "test", cache_dir=str(data_cache_dir))
   expected = learner.evaluate_split(net, params, test, 1, SAMPLES, with_hints=False,
                                   max_samples=SAMPLES)
   out = evaluate.evaluate_run(run_dir, evaluate.Target(max_samples=SAMPLES, batch_size=SAMPLES),
@@ -213,12 +218,13 @@ def test_hint_accuracy_per_step_is_the_pointer_argmax_match(saved_run, data_cach
   reach t -- computed here by hand for bfs's pointer hint pi_h; and the same in one batch
   as in padded batches of 3."""
   import jax
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import splits
   from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
-  val = data.take_samples(data.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir)),
-                          SAMPLES)
+  val = batching.take_samples(splits.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir)),
+                              SAMPLES)
   whole = evaluate.hint_accuracy(net, params, val, 0, SAMPLES)
   batched = evaluate.hint_accuracy(net, params, val, 0, 3)
   assert set(whole) == {h.name for h in val.features.hints} == {"pi_h", "reach_h"}
@@ -257,11 +263,11 @@ def _at_bias_extremes(stats_fn, net, params, module, feedback):
 def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache_dir):
   """--update-gate intercepts dm-clrs's gate3 (the processor's last Linear): pushing its
   bias far down closes every u, far up opens every u; other Linears' biases would not."""
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import splits
   from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
-  test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
+  test = splits.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
   stats = evaluate.update_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
   assert stats["module"].endswith("mpnn_aggr_clrs_processor/linear_16")
   assert 0.0 < stats["mean"] < 1.0 and stats["calls"] > 1
@@ -275,13 +281,14 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   own gate norm (NetOutput.history_norm, the paper's Fig. 5 quantity); the gate's last bias far
   down shuts it (nothing passes), far up opens it (all of h(t-1) passes)."""
   import jax
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import splits
   from nar_markov.probes import evaluate
 
   run_dir, net, params = saved_run
-  test = data.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
+  test = splits.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
   stats = evaluate.history_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
-  batch = next(iter(data.eval_batches(data.at_most(test, SAMPLES)[0], SAMPLES)))[0]
+  batch = next(iter(batching.eval_batches(batching.at_most(test, SAMPLES)[0], SAMPLES)))[0]
   own = jax.jit(lambda p, f: net.apply(p, f, 0, True, collect_hints=False).history_norm)(
       params, batch.features)
   assert stats["gated_norm"] == pytest.approx(float(np.mean(own)), rel=1e-4)
@@ -337,7 +344,8 @@ def test_a_truncated_params_file_is_one_line(saved_run, tmp_path, capsys):
 def test_evaluate_says_what_it_scored_and_how_the_run_was_tested(saved_run, tmp_path, capsys):
   """Without --max-samples the whole split is scored; a run tested on fewer samples
   (Protocol.test_max_samples) has a test_score that this does not reproduce."""
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import splits
   from nar_markov.probes import evaluate
 
   run_dir, _, _ = saved_run
@@ -347,7 +355,7 @@ def test_evaluate_says_what_it_scored_and_how_the_run_was_tested(saved_run, tmp_
   (tested / "result.json").write_text(json.dumps(
       {"schema": "nar_markov.result/1", "model": "gforget", "algorithm": ALGORITHM, "seed": 5,
        "test_score": 0.25, "settings": {"test_max_samples": SAMPLES}}))
-  whole = data.nb_samples_of(data.load_split(ALGORITHM, "test"))
+  whole = batching.nb_samples_of(splits.load_split(ALGORITHM, "test"))
   assert whole > SAMPLES
 
   assert evaluate.main([str(tested), "--batch-size", str(SAMPLES)]) == 0

@@ -17,7 +17,9 @@ import pytest
 
 from nar_markov.config import clrs30
 
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import train_stream
 from nar_markov.nets import fastnet
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -48,11 +50,11 @@ def _batch(algorithm, extra_steps=2, batch_size=3):
   processors' comparisons read the same batch; nothing writes to it)."""
   nb_nodes = clrs30.MIN_STRING_MATCHER_NODES + 3 if "matcher" in algorithm else 5
   sampler, _ = clrs.build_sampler(algorithm, num_samples=-1, length=nb_nodes,
-                                  seed=0, **data.train_sampler_kwargs(algorithm))
-  feedback = data.preprocess_feedback(algorithm, sampler.next(batch_size),
-                                      np.random.RandomState(0))
+                                  seed=0, **train_stream.train_sampler_kwargs(algorithm))
+  feedback = preprocessing.preprocess_feedback(algorithm, sampler.next(batch_size),
+                                               np.random.RandomState(0))
   T = feedback.features.hints[0].data.shape[0]
-  return data.get_spec(algorithm), data.pad_time(feedback, T + extra_steps)
+  return preprocessing.get_spec(algorithm), batching.pad_time(feedback, T + extra_steps)
 
 
 def _losses_grads_preds(models, params, feedback, lambda_gate):
@@ -185,10 +187,10 @@ def test_scan_stops_at_the_trajectory_bound_exactly(algorithm):
   float32's rounding: the two are XLA programs with different loop trip counts,
   which XLA may fuse differently; a CI run on another CPU saw one gradient of 8
   differ by 1 ulp), and the reference net's function."""
-  stream = data.TrainStream(algorithm, seed=0, batch_size=3, lengths=(7,))
+  stream = train_stream.TrainStream(algorithm, seed=0, batch_size=3, lengths=(7,))
   feedback = next(stream)
   T = feedback.features.hints[0].data.shape[0]
-  assert T - 1 > data.trajectory_bound(algorithm, 7)   # padded past the bound
+  assert T - 1 > clrs30.trajectory_bound(algorithm, 7)   # padded past the bound
   models = _models(stream.spec, feedback, history="full")
   models["bounded"] = learner.Learner(
       [stream.spec], [model_lib.nb_dims_of(feedback)], models["fast"].config,

@@ -8,7 +8,6 @@ import pytest
 
 from nar_markov.config import clrs30
 
-from nar_markov.data import pipeline as data
 from nar_markov.nets import model as model_lib
 
 import test_fastnet

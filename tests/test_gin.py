@@ -6,9 +6,9 @@ import re
 import gin
 import pytest
 
+from nar_markov.config import clrs30
 from nar_markov.config import gin_files as config
 from nar_markov.config import runspec
-from nar_markov.data import pipeline as data
 from nar_markov.training import experiment
 
 GIN_DIR = config.GIN_DIR
@@ -62,7 +62,7 @@ def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_ca
   import json  # pylint: disable=g-import-not-at-top
   r = json.loads(result.read_text())
   assert r["status"] == "done" and r["steps"] == 2
-  assert data.check_algorithm(r["algorithm"]) == algorithm
+  assert clrs30.check_algorithm(r["algorithm"]) == algorithm
   assert "run_experiment.model" in (result.parent / "config.gin").read_text()
 
 

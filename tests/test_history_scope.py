@@ -16,7 +16,7 @@ from clrs._src import encoders
 from clrs._src import nets
 from clrs._src import processors
 
-from nar_markov.data import pipeline as data
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 
@@ -28,7 +28,7 @@ BATCH = 3
 
 @pytest.fixture(scope="module")
 def batch():
-  stream = data.TrainStream("insertion_sort", seed=0, batch_size=BATCH, lengths=(NB_NODES,))
+  stream = train_stream.TrainStream("insertion_sort", seed=0, batch_size=BATCH, lengths=(NB_NODES,))
   return stream.spec, next(stream)
 
 

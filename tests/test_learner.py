@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from nar_markov.data import pipeline as data
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 
@@ -22,7 +22,7 @@ def test_scratch_in_heaps_gives_the_same_bits():
   """Two train steps and an eval batch, one heap against heaps of 1 MiB, on a
   batch whose step needs several MiB of scratch: the same bits."""
   algorithm = "bfs"
-  stream = data.TrainStream(algorithm, seed=0, batch_size=16, lengths=(16,))
+  stream = train_stream.TrainStream(algorithm, seed=0, batch_size=16, lengths=(16,))
   feedback = next(stream)
   nets, outs = {}, {}
   for mib in (0, 1):
@@ -51,7 +51,7 @@ def test_a_step_whose_scratch_fits_one_heap_stays_cacheable():
   (XLA:CPU serialises one scratch buffer only): the cost learner.py's warning filter names."""
   from jax.experimental import serialize_executable  # pylint: disable=g-import-not-at-top
   algorithm = "bfs"
-  stream = data.TrainStream(algorithm, seed=0, batch_size=16, lengths=(16,))
+  stream = train_stream.TrainStream(algorithm, seed=0, batch_size=16, lengths=(16,))
   feedback = next(stream)
   compiled = {}
   for mib in (1, 30):

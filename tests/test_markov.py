@@ -25,30 +25,32 @@ def _cache(monkeypatch, data_cache_dir):
 
 
 def _net(history, cache_dir, hidden=8):
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import preprocessing
+  from nar_markov.data import splits
   from nar_markov.nets import learner
   from nar_markov.nets import model as model_lib
 
-  val = data.load_split(ALGORITHM, "val", cache_dir=str(cache_dir))
+  val = splits.load_split(ALGORITHM, "val", cache_dir=str(cache_dir))
   config = model_lib.NetConfig(hidden_size=hidden, nb_triplet_fts=4, history=history)
-  return learner.Learner([data.get_spec(ALGORITHM)], [model_lib.nb_dims_of(val)], config,
+  return learner.Learner([preprocessing.get_spec(ALGORITHM)], [model_lib.nb_dims_of(val)], config,
                          learner.make_optimizer(1e-3, 10, 1.0), algorithms=[ALGORITHM])
 
 
 def _params(net, cache_dir, seed=5):
   """Initial parameters, perturbed: no initialisation evaluate could redo by itself."""
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import splits
 
-  val = data.load_split(ALGORITHM, "val", cache_dir=str(cache_dir))
-  params, _ = net.init_state(seed, [next(iter(data.eval_batches(val, 8)))[0].features])
+  val = splits.load_split(ALGORITHM, "val", cache_dir=str(cache_dir))
+  params, _ = net.init_state(seed, [next(iter(batching.eval_batches(val, 8)))[0].features])
   rng = np.random.RandomState(seed)
   return {m: {k: np.asarray(v) * (1 + 0.5 * rng.standard_normal(np.shape(v))).astype(v.dtype)
               for k, v in p.items()} for m, p in params.items()}
 
 
 def _test_split(cache_dir):
-  from nar_markov.data import pipeline as data
-  return data.load_split(ALGORITHM, "test", cache_dir=str(cache_dir))
+  from nar_markov.data import splits
+  return splits.load_split(ALGORITHM, "test", cache_dir=str(cache_dir))
 
 
 def _saved_run(root, model, net, params, cache_dir, step=TESTED_STEP):
@@ -72,10 +74,10 @@ def _saved_run(root, model, net, params, cache_dir, step=TESTED_STEP):
 
 
 def _measure(net, params, cache_dir, split="test"):
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import splits
   zeroed = evaluate.build_model([ALGORITHM], rule.zeroed_config(
       dataclasses.asdict(net.config)), cache_dir=str(cache_dir))
-  feedback = data.load_split(ALGORITHM, split, cache_dir=str(cache_dir))
+  feedback = splits.load_split(ALGORITHM, split, cache_dir=str(cache_dir))
   return evaluate.markov_measure(net, zeroed, params, feedback, 0, SAMPLES, SAMPLES)
 
 
@@ -124,14 +126,15 @@ def test_gate_norm_is_at_the_checkpoint_on_the_split_asked_for(data_cache_dir):
   1 <= t < length - 1 of each trajectory, then over samples -- from the net's per-step norm on
   the split scored, masked here by hand; another split, or other parameters, read otherwise."""
   import jax
-  from nar_markov.data import pipeline as data
+  from nar_markov.data import batching
+  from nar_markov.data import splits
 
   net = _net("gated", data_cache_dir)
   params = _params(net, data_cache_dir)
 
   def by_hand(split, params):
-    feedback, _ = data.at_most(data.load_split(ALGORITHM, split, cache_dir=str(data_cache_dir)),
-                               SAMPLES)
+    feedback, _ = batching.at_most(
+        splits.load_split(ALGORITHM, split, cache_dir=str(data_cache_dir)), SAMPLES)
     per_step = np.asarray(jax.device_get(net.apply(params, feedback.features, 0, True,
                                                    collect_hints=False).history_norm))
     lengths = np.asarray(feedback.features.lengths)

@@ -153,8 +153,8 @@ def test_baseline_is_dm_clrs_net(algorithm, impl):
   permutation decoders, the same training loss: to the last bit with dm-clrs's
   modules, to round-off on the fast path)."""
   import tempfile
-  from nar_markov.data import pipeline as data
-  stream = data.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=(NB_NODES,))
+  from nar_markov.data import train_stream
+  stream = train_stream.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=(NB_NODES,))
   feedback = next(stream)
   clrs_model = clrs.models.BaselineModel(
       spec=[stream.spec], dummy_trajectory=[feedback],

@@ -17,10 +17,13 @@ import pytest
 from launch import jobs as jobs_lib
 from launch import sweep
 from launch import sweep_spec
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs as runs_lib
+from nar_markov.store import state_files
 from nar_markov.store import util
 from nar_markov.training import experiment
 
@@ -161,8 +164,8 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
                                stop_after_steps=6, **TINY)
   assert first == [{"status": "interrupted", "steps": 6}] * 2
   for s in (1, 2):
-    assert runs_lib.read_state(runs_lib.run_dir(tmp_path, MODEL, ALG, s)
-                               / "checkpoint.npz")["step"] == 6
+    assert state_files.read_state(runs_lib.run_dir(tmp_path, MODEL, ALG, s)
+                                  / "checkpoint.npz")["step"] == 6
   # Seed 0 done already (its separate run's result, with these settings): its
   # result.json is returned as it is.
   d0 = runs_lib.run_dir(tmp_path, MODEL, ALG, 0)
@@ -216,11 +219,11 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
 
   With plain SGD: Adam's first update is ~lr * sign(gradient), which round-off
   flips for a near-zero gradient; SGD's is the gradient itself."""
-  spec = data.get_spec("bfs")
-  batches = [next(data.TrainStream("bfs", seed=s, batch_size=4, lengths=(5,)))
+  spec = preprocessing.get_spec("bfs")
+  batches = [next(train_stream.TrainStream("bfs", seed=s, batch_size=4, lengths=(5,)))
              for s in (0, 1)]
   T = batches[1].features.hints[0].data.shape[0]
-  stacked, max_length = learner.stack_batches([batches[0], data.pad_time(batches[1], T + 3)])
+  stacked, max_length = learner.stack_batches([batches[0], batching.pad_time(batches[1], T + 3)])
   assert stacked.features.hints[0].data.shape[:2] == (2, T + 3)
   assert max_length == max(int(b.features.lengths.max()) for b in batches)
   config = model_lib.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)

@@ -15,10 +15,13 @@ import pytest
 
 from nar_markov.config import gin_files as config_lib
 from nar_markov.config import runspec
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs as runs_lib
+from nar_markov.store import state_files
 from nar_markov.store import util
 from nar_markov.training import devices
 from nar_markov.training import experiment
@@ -59,7 +62,7 @@ def _cache(monkeypatch, data_cache_dir):
 
 
 def _load(path):
-  return runs_lib.read_state(path)
+  return state_files.read_state(path)
 
 
 def _job_ckpt(root, model, seed):
@@ -101,7 +104,7 @@ def test_one_processor_per_algorithm_encoders_and_decoders(runs):
                    for m, k in algo_of.items() if k is not None}
   assert set(per_algorithm.values()) == {0, 1, 2}
   for k, alg in enumerate(ALGORITHMS):
-    for name in data.get_spec(alg):
+    for name in preprocessing.get_spec(alg):
       assert any(m.startswith(f"algo_{k}_{name}_") for m in per_algorithm), (alg, name)
   # bfs's pointer decoder exists for bfs (index 1) only.
   assert "algo_1_pi_dec_linear" in per_algorithm
@@ -134,7 +137,7 @@ def test_an_update_leaves_the_other_algorithms_modules_untouched():
   """dm-clrs filter_null_grads: bfs's update moves the processor and bfs's own
   encoders/decoders; minimum's, and their Adam moments, keep their values."""
   algorithms = ["minimum", "bfs"]
-  streams = [data.TrainStream(a, seed=0, batch_size=4, lengths=(4,)) for a in algorithms]
+  streams = [train_stream.TrainStream(a, seed=0, batch_size=4, lengths=(4,)) for a in algorithms]
   batches = [next(s) for s in streams]
   config = model_lib.NetConfig(hidden_size=8, history="none", nb_triplet_fts=4)
   net = learner.Learner([s.spec for s in streams], [model_lib.nb_dims_of(b) for b in batches],
@@ -246,7 +249,7 @@ def test_finished_job_is_not_run_again(runs):
 
 def test_checkpoint_of_other_algorithms_is_refused(runs, tmp_path):
   ckpt = _job_ckpt(tmp_path, "gforget_multitask", 1)
-  runs_lib.write_state(ckpt, runs["at_10"])
+  state_files.write_state(ckpt, runs["at_10"])
   other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="checkpoint .* is for algorithms"):
     flat.run(results_dir=str(tmp_path), **other)
@@ -255,11 +258,12 @@ def test_checkpoint_of_other_algorithms_is_refused(runs, tmp_path):
 def test_settings_never_leak_between_algorithms():
   """dm-clrs run.py gives every algorithm after a string matcher its 20 nodes."""
   algorithms = ["naive_string_matcher", "articulation_points", "bfs"]
-  streams = [data.TrainStream(a, seed=data.stream_seed(0, a, algorithms), batch_size=4,
-                              lengths=runspec.resolve_train_lengths((4, 7, 16), a))
+  streams = [train_stream.TrainStream(a, seed=train_stream.stream_seed(0, a, algorithms),
+                                      batch_size=4,
+                                      lengths=runspec.resolve_train_lengths((4, 7, 16), a))
              for a in algorithms]
   batches = {s.algorithm: [next(s) for _ in range(3)] for s in streams}
-  nodes = {alg: [data.nb_nodes_of(b) for b in bs] for alg, bs in batches.items()}
+  nodes = {alg: [batching.nb_nodes_of(b) for b in bs] for alg, bs in batches.items()}
   assert nodes == {"naive_string_matcher": [20, 20, 20],
                    "articulation_points": [4, 7, 16], "bfs": [4, 7, 16]}
   kwargs = {s.algorithm: dict(s._samplers[0]._kwargs) for s in streams}  # pylint: disable=protected-access
@@ -271,9 +275,9 @@ def test_settings_never_leak_between_algorithms():
   assert kwargs["bfs"] == kwargs["articulation_points"] == {"length": 4}
   # A stream depends on (seed, algorithm) only, not on its neighbours or order;
   # alone (single-task), an algorithm's stream is seeded with the run's seed.
-  assert data.stream_seed(0, "bfs", ["bfs", "dfs"]) == data.stream_seed(
-      0, "bfs", ["dfs", "minimum", "bfs"]) != data.stream_seed(0, "dfs", ["bfs", "dfs"])
-  assert data.stream_seed(7, "bfs", ["bfs"]) == 7
+  assert train_stream.stream_seed(0, "bfs", ["bfs", "dfs"]) == train_stream.stream_seed(
+      0, "bfs", ["dfs", "minimum", "bfs"]) != train_stream.stream_seed(0, "dfs", ["bfs", "dfs"])
+  assert train_stream.stream_seed(7, "bfs", ["bfs"]) == 7
 
 
 def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, monkeypatch):

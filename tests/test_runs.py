@@ -29,7 +29,9 @@ from launch import sweep
 from nar_markov.config import gin_files as config
 from nar_markov.config import runspec
 from nar_markov.state import checkpoint
+from nar_markov.store import locks
 from nar_markov.store import runs
+from nar_markov.store import state_files
 
 import flat
 
@@ -263,23 +265,23 @@ def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
 
 def test_a_run_being_trained_is_not_trained_again(tmp_path, cache):
   run_folder = _result_path(tmp_path).parent
-  with runs.run_lock(run_folder):
-    with pytest.raises(runs.LockHeld, match="being trained by another process"):
+  with locks.run_lock(run_folder):
+    with pytest.raises(locks.LockHeld, match="being trained by another process"):
       flat.run(algorithm="bfs", seed=0, model="baseline",
                            results_dir=str(tmp_path), train_steps=5, **TINY)
     # Another process, too (flock is per open file, not per process).
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(f"""\
-            from nar_markov.store import runs
+            from nar_markov.store import locks
             try:
-              with runs.run_lock({str(run_folder)!r}):
+              with locks.run_lock({str(run_folder)!r}):
                 print("acquired")
-            except runs.LockHeld as e:
+            except locks.LockHeld as e:
               print("held:", e)
             """)], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert proc.stdout.startswith("held: ") and f"pid {os.getpid()}" in proc.stdout
   assert not _result_path(tmp_path).exists()
-  with runs.run_lock(run_folder):  # released
+  with locks.run_lock(run_folder):  # released
     pass
 
 
@@ -364,7 +366,7 @@ def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
                               **common)["status"] == "interrupted"
   ckpt = _result_path(tmp_path).parent / "checkpoint.npz"
   saved = ckpt.read_bytes()
-  assert runs.read_state(ckpt)["definitions"][0]["settings"]["train_steps"] == 20
+  assert state_files.read_state(ckpt)["definitions"][0]["settings"]["train_steps"] == 20
   # Was: finished "done" with steps 5 > train_steps 3.
   with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.npz was written with "
                      r"train_steps=20, schedule_steps=20; this run has train_steps=3, "
@@ -407,20 +409,20 @@ def test_state_files_round_trip_and_never_unpickle(tmp_path):
            "opt_state": [np.int32(5), np.zeros(3)], "best_params": None,
            "curves": [{"train": {"loss": [1.5, float("nan")]}}]}
   path = tmp_path / runs.CHECKPOINT_NAME
-  runs.write_state(path, state)
-  back = runs.read_state(path)
+  state_files.write_state(path, state)
+  back = state_files.read_state(path)
   assert back["step"] == 7 and back["best_params"] is None
   assert back["rng"][0] == "MT19937" and isinstance(back["rng"], tuple)
   np.testing.assert_array_equal(back["rng"][1], state["rng"][1])
   assert back["params"]["net/linear"]["w"].dtype == np.float32
   assert int(back["opt_state"][0]) == 5
   with pytest.raises(TypeError, match="cannot store a _Evil"):
-    runs.write_state(path, {"x": _Evil(tmp_path / "never")})
+    state_files.write_state(path, {"x": _Evil(tmp_path / "never")})
   # A pickle planted under the checkpoint's name is refused, not executed.
   marker = tmp_path / "executed"
   path.write_bytes(pickle.dumps({"step": 1, "x": _Evil(marker)}))
   with pytest.raises(ValueError, match="not a readable state file"):
-    runs.read_state(path)
+    state_files.read_state(path)
   assert not marker.exists()
   assert checkpoint.load(path) is None and not marker.exists()
 
@@ -450,7 +452,7 @@ def test_status_never_loads_submitits_result_pickle(write_result, tmp_path, caps
 
 
 def test_a_truncated_checkpoint_is_moved_aside_and_the_run_starts_over(tmp_path, cache, capfd):
-  """Was: zipfile.BadZipFile out of runs.read_state, on every retry, until someone
+  """Was: zipfile.BadZipFile out of state_files.read_state, on every retry, until someone
   deleted the file by hand."""
   common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
                 **TINY)
@@ -459,7 +461,7 @@ def test_a_truncated_checkpoint_is_moved_aside_and_the_run_starts_over(tmp_path,
   cut = ckpt.read_bytes()[:ckpt.stat().st_size // 2]
   ckpt.write_bytes(cut)
   with pytest.raises(ValueError, match="is not a readable state file"):
-    runs.read_state(ckpt)
+    state_files.read_state(ckpt)
   capfd.readouterr()
   result = flat.run(train_steps=10, **common)
   assert result["status"] == "done" and result["curves"]["train"]["step"] == [5, 10]

@@ -27,7 +27,9 @@ import sys
 import time
 
 import pytest
+from nar_markov.store import locks
 from nar_markov.store import runs as runs_lib
+from nar_markov.store import state_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -351,7 +353,7 @@ def test_requeued_and_preempted_jobs_resume_from_their_checkpoints(
     ckpt = {s: pathlib.Path(jobs[s]["run_dir"]) / "checkpoint.npz" for s in (0, 1)}
     held = _held_runs(hold_dir, ["seed0", "seed1"])
     pids = {s: held[f"seed{s}"] for s in (0, 1)}
-    first_step = {s: runs_lib.read_state(ckpt[s])["step"] for s in (0, 1)}
+    first_step = {s: state_files.read_state(ckpt[s])["step"] for s in (0, 1)}
     assert first_step == {0: 10, 1: 10}  # checkpoint_every_steps
 
     # seed 0: requeued by the scheduler (an admin, a node drain) mid-run: SIGTERM, which
@@ -633,7 +635,7 @@ def test_status_names_the_exception_of_a_failed_slurm_job(slurm, sweep_env, tmp_
           "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]",
           "--cluster", "slurm", "--results", str(results)] + SMALL_JOBS
   try:
-    with runs_lib.run_lock(run_folder):
+    with locks.run_lock(run_folder):
       proc = _sweep(args, sweep_env, tmp_path)
       assert proc.returncode == 0, proc.stdout + proc.stderr
       t0 = time.time()

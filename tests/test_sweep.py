@@ -25,6 +25,7 @@ from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
 from launch import sweep_spec
+from nar_markov.store import locks
 from nar_markov.store import runs as runs_lib
 from nar_markov.training import experiment
 
@@ -488,7 +489,7 @@ def test_status_of_a_missing_results_dir_is_an_error(tmp_path, capsys):
 
 
 HEAVY = ("jax", "jaxlib", "haiku", "clrs", "tensorflow", "optax", "nar_markov.training.train",
-         "nar_markov.data.pipeline", "nar_markov.nets.model")
+         "nar_markov.data.splits", "nar_markov.nets.model")
 
 
 @pytest.mark.parametrize("args", [
@@ -637,7 +638,7 @@ def test_a_failed_jobs_reason_is_its_exception(tmp_path, data_cache_dir, capsys)
   run_folder = runs_lib.run_dir(results, "baseline", "bfs", 0)
   args = SMOKE + ["--gin_param", "ALGORITHMS=['bfs']", "--results", str(results)]
   env = dict(os.environ, NAR_MARKOV_CACHE=str(data_cache_dir), PYTHONPATH=str(REPO_ROOT))
-  with runs_lib.run_lock(run_folder):
+  with locks.run_lock(run_folder):
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "launch/sweep.py")] + args
                           + ["--cluster", "local"], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=600, check=False)
@@ -716,15 +717,15 @@ def test_an_unwritable_data_cache_without_the_test_splits_is_refused(tmp_path, f
 def test_the_sweep_looks_for_the_test_splits_where_the_jobs_make_them(tmp_path, monkeypatch):
   from launch import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
-  from nar_markov.data import pipeline as data  # pylint: disable=g-import-not-at-top
+  from nar_markov.data import splits  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv("NAR_MARKOV_CACHE", raising=False)
-  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
+  assert plan_lib.cached_test_split("dfs") == splits.cache_path("dfs", "test")
   config_lib.parse_gin(["gin/baseline.gin"], [f"cache_dir.path = '{tmp_path / 'gin'}'"])
-  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
-  assert str(tmp_path / "gin") in str(data.cache_path("dfs", "test"))
+  assert plan_lib.cached_test_split("dfs") == splits.cache_path("dfs", "test")
+  assert str(tmp_path / "gin") in str(splits.cache_path("dfs", "test"))
   monkeypatch.setenv("NAR_MARKOV_CACHE", str(tmp_path / "env"))
-  assert plan_lib.cached_test_split("dfs") == data.cache_path("dfs", "test")
-  assert str(tmp_path / "env") in str(data.cache_path("dfs", "test"))
+  assert plan_lib.cached_test_split("dfs") == splits.cache_path("dfs", "test")
+  assert str(tmp_path / "env") in str(splits.cache_path("dfs", "test"))
 
 
 # -- interrupted, killed or out of disk while submitting --------------------------------------
@@ -913,7 +914,7 @@ def test_a_full_disk_at_the_sweep_lock_is_one_line(tmp_path, fake_slurm, monkeyp
   def full(*_, **__):
     raise OSError(errno.ENOSPC, "No space left on device")
 
-  monkeypatch.setattr(runs_lib, "_acquire", full)
+  monkeypatch.setattr(locks, "_acquire", full)
   results = tmp_path / "results"
   rc = sweep.main(SMOKE + ["--results", str(results)])
   out, err = capsys.readouterr()
@@ -950,7 +951,7 @@ def test_a_signal_is_one_line_and_its_exit_code(sig, code, tmp_path):
   """Here while the sweep waits for another sweep's lock.  Was: a KeyboardInterrupt
   traceback (SIGINT); SIGTERM and SIGHUP killed it without a word."""
   results = tmp_path / "results"
-  with runs_lib.sweep_lock(results):
+  with locks.sweep_lock(results):
     proc = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "launch" / "sweep.py")] + SMOKE
         + ["--results", str(results), "--cluster", "local"],

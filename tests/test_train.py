@@ -9,6 +9,7 @@ import pytest
 from nar_markov.config import runspec
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs
+from nar_markov.store import state_files
 
 import flat
 
@@ -62,7 +63,7 @@ def test_tiny_run_improves_validation(tmp_path, model):
 
 
 def _params(path):
-  return runs.read_state(path)["params"]
+  return state_files.read_state(path)["params"]
 
 
 def test_resume_is_exact(tmp_path):

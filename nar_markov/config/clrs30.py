@@ -1,19 +1,22 @@
-"""CLRS-30's names, train sizes and validation modes, and where generated data are cached -- without importing clrs.
+"""CLRS-30's names, train sizes, trajectory lengths and validation modes, and where generated data are cached -- without importing clrs.
 
 The launcher, ``--status``, ``--dry-run`` and the analysis need these facts but not jax,
-haiku, clrs or TensorFlow; nar_markov.data.pipeline (which samples with clrs) takes them from here,
-and tests/test_data.py checks them against clrs 2.0.3.
+haiku, clrs or TensorFlow; nar_markov.data (which samples with clrs) and the fast net
+(`trajectory_bound`) take them from here, and tests/test_data.py checks them against clrs 2.0.3.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import pathlib
-from typing import Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import gin
 
 # Hint-trajectory lengths per algorithm and size, measured on dm-clrs's samplers
-# (package data): nar_markov.data.pipeline's bounds, the launcher's cost estimate.
+# (package data): `trajectory_bound`, nar_markov.data.batching's time buckets, the launcher's
+# cost estimate.
 TRAJECTORY_LENGTHS_FILE = pathlib.Path(__file__).resolve().parent / "clrs30_trajectory_lengths.json"
 
 # clrs.specs.CLRS_30_ALGS, in its order.
@@ -30,7 +33,7 @@ STRING_MATCHERS = ("naive_string_matcher", "kmp_matcher")
 # run.py's --length_needle default: needle length uniform in 1..8 (train only).
 TRAIN_LENGTH_NEEDLE = -8
 MIN_STRING_MATCHER_NODES = 2 * abs(TRAIN_LENGTH_NEEDLE) + 1
-# How validation samples are drawn (nar_markov.data.pipeline.ValidationPool): 'resample' as
+# How validation samples are drawn (nar_markov.data.validation_pool.ValidationPool): 'resample' as
 # run.py (fresh draws with replacement at every evaluation), 'fixed' the same each time.
 VALIDATION_MODES = ("resample", "fixed")
 
@@ -57,6 +60,36 @@ def train_lengths(algorithm: str,
           f"(needles of up to {abs(TRAIN_LENGTH_NEEDLE)} characters)")
     return (nb_nodes,)
   return tuple(int(n) for n in lengths)
+
+
+@functools.lru_cache(maxsize=None)
+def trajectory_lengths() -> Dict[str, Any]:
+  """The measured hint-trajectory lengths (`TRAJECTORY_LENGTHS_FILE`), per algorithm."""
+  return json.loads(TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]
+
+
+# Algorithms whose hint-trajectory length at n nodes has an upper bound (a
+# Python expression in n) that the measured max of every train size reaches
+# (clrs30_trajectory_lengths.json; tests/test_data.py checks both).
+T_BOUND = {
+    "insertion_sort": "n", "minimum": "n", "find_maximum_subarray_kadane": "n",
+    "floyd_warshall": "n", "matrix_chain_order": "n - 1",
+    "activity_selector": "n + 1", "task_scheduling": "n + 1", "dijkstra": "n + 1",
+    "mst_prim": "n + 1", "optimal_bst": "n + 1", "dfs": "3 * n",
+    "dag_shortest_paths": "3 * n + 1", "strongly_connected_components": "6 * n",
+    "bubble_sort": "n * (n - 1) // 2 + 1", "binary_search": "ceil(log2(n)) + 1",
+    "segments_intersect": "5",
+}
+
+
+def trajectory_bound(algorithm: str, nb_nodes: int) -> Optional[int]:
+  """The most hint steps a trajectory of `algorithm` at `nb_nodes` can have, where
+  known (a `T_BOUND` algorithm at a measured train size); else None."""
+  algorithm = check_algorithm(algorithm)
+  if algorithm not in T_BOUND:
+    return None
+  measured = trajectory_lengths()[algorithm]["train_T"].get(str(int(nb_nodes)))
+  return None if measured is None else int(measured)
 
 
 @gin.configurable

@@ -60,7 +60,7 @@ class Protocol:
     validation_mode: 'resample' (run.py: every evaluation draws 2 x 32 x
       multiplier samples with replacement from a pool sampled with the
       training settings at the largest train size) or 'fixed' (that pool, the
-      same samples each time); nar_markov.data.pipeline.ValidationPool.
+      same samples each time); nar_markov.data.validation_pool.ValidationPool.
     multitask_update: several algorithms only.  'per_algorithm' (run.py, the
       default): every step takes one clipped Adam update per algorithm, in
       list order, each on that algorithm's own batch, with the other
@@ -522,7 +522,7 @@ def resolve_train_lengths(train_lengths: Union[Sequence[int], Mapping[str, Seque
   """The train lengths configured for `algorithm` (one list, or a dict alg -> list).
 
   The string matchers' rule ((max * 5) // 4 nodes) is applied later, by the
-  algorithm's own stream (data.train_lengths), never to this value.
+  algorithm's own stream (clrs30.train_lengths), never to this value.
   """
   if isinstance(train_lengths, Mapping):
     if algorithm not in train_lengths:

@@ -1,1 +1,1 @@
-"""CLRS-30 data (dm-clrs): preprocessing, the train stream, the validation pool, the split cache."""
+"""CLRS-30 data (dm-clrs): preprocessing, batching, train stream, validation pool, splits, cache."""

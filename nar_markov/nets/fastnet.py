@@ -30,8 +30,8 @@ from clrs._src import encoders
 from clrs._src import probing
 from clrs._src import specs
 
+from nar_markov.config import clrs30
 from nar_markov.config.netconfig import FAST_PROCESSORS
-from nar_markov.data import pipeline as data
 from nar_markov.nets import model as model_lib
 
 _Stage = specs.Stage
@@ -461,7 +461,7 @@ class FastNet(model_lib.Net):
   """`model.Net` (same parameters, same function), with the work cut (module doc).
 
   `algorithms` (names, one per spec; optional): the scan stops at each one's
-  `data.trajectory_bound` where it has one.
+  `clrs30.trajectory_bound` where it has one.
   """
 
   def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
@@ -592,7 +592,7 @@ class FastNet(model_lib.Net):
       # least two scanned steps: XLA inlines a loop of one, and the inlined
       # step fuses with its neighbours into other float round-off.
       bound = (None if self._algorithms is None else
-               data.trajectory_bound(self._algorithms[algorithm_index], p.nb_nodes))
+               clrs30.trajectory_bound(self._algorithms[algorithm_index], p.nb_nodes))
       nb_scanned = nb_mp_steps if bound is None else min(nb_mp_steps, max(3, bound - 1))
       (_, _, last_in), per_step = hk.scan(
           body, (hidden, hint_preds, last_in),

@@ -23,7 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import split_cache
 from nar_markov.nets import fastnet
 from nar_markov.nets import model as model_lib
 
@@ -65,13 +67,14 @@ class Learner:
                optimizer: optax.GradientTransformation,
                algorithms: Optional[Sequence[str]] = None):
     """`algorithms`: the specs' names, if known (the fast net then scans no
-    further than their `data.trajectory_bound`)."""
+    further than their `nar_markov.config.clrs30.trajectory_bound`)."""
     self.specs = list(specs_)
     self.nb_dims = list(nb_dims)
     self.config = config
     self.optimizer = optimizer
     self.algorithms = None if algorithms is None else list(algorithms)
-    if self.algorithms is not None and [data.get_spec(a) for a in self.algorithms] != self.specs:
+    if (self.algorithms is not None
+        and [preprocessing.get_spec(a) for a in self.algorithms] != self.specs):
       raise ValueError(f"algorithms {self.algorithms} do not match the specs given")
 
     if config.fast:
@@ -215,13 +218,13 @@ def evaluate_split(model: Learner, params, split_feedback, algorithm_index: int,
                    batch_size: int, with_hints: bool,
                    max_samples: Optional[int] = None) -> Dict[str, Any]:
   """clrs.evaluate over a whole split, run in fixed-size sub-batches."""
-  split_feedback, n_total = data.at_most(split_feedback, max_samples)
+  split_feedback, n_total = batching.at_most(split_feedback, max_samples)
   # Equal sub-batches: 32 samples at a cap of 30 run as 2 x 16, not 30 + 30
   # (the last batch is padded with duplicates up to the batch size).
   nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
   batch_size = -(-n_total // nb_batches)
   preds_parts, hint_steps, norms, counts = [], [], [], []
-  for batch, n_valid in data.eval_batches(split_feedback, batch_size):
+  for batch, n_valid in batching.eval_batches(split_feedback, batch_size):
     preds, extras = model.eval_batch(params, batch, algorithm_index, with_hints)
     preds_parts.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[:n_valid], preds))
     if extras is not None:
@@ -283,7 +286,7 @@ def setup_compilation_cache(path: Optional[str] = None) -> Optional[str]:
   if path is None:
     path = os.environ.get("NAR_MARKOV_JAX_CACHE")
   if path is None:
-    path = str(data.resolve_cache_dir() / f"jax-{jax.__version__}")
+    path = str(split_cache.resolve_cache_dir() / f"jax-{jax.__version__}")
   if path in ("", "off"):
     return None
   if jax.config.jax_compilation_cache_dir is None:
@@ -351,7 +354,7 @@ def stack_batches(feedbacks: Sequence[clrs.Feedback]):
   batches, an int32 scalar.
   """
   T = max(int(fb.features.hints[0].data.shape[0]) for fb in feedbacks)
-  padded = [data.pad_time(fb, T) for fb in feedbacks]
+  padded = [batching.pad_time(fb, T) for fb in feedbacks]
   shapes = {tuple(np.shape(x) for x in jax.tree_util.tree_leaves(fb)) for fb in padded}
   if len(shapes) != 1:
     raise ValueError("the seeds' train batches of one step differ in shape (graph "

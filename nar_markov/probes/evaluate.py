@@ -64,7 +64,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nar_markov.data import pipeline as data
+from nar_markov.config import clrs30
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import splits
 from nar_markov.markov import rule
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -100,11 +103,11 @@ def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
 
 def sample_graphs(algorithm: str, nb_nodes: int, num_samples: int, seed: int):
   """`num_samples` fresh trajectories at `nb_nodes`, drawn and preprocessed as the official
-  val/test splits are (nar_markov.data.pipeline), with `seed`."""
+  val/test splits are (nar_markov.data.splits), with `seed`."""
 
-  sampler, _ = clrs.build_sampler(data.check_algorithm(algorithm), seed=int(seed),
+  sampler, _ = clrs.build_sampler(clrs30.check_algorithm(algorithm), seed=int(seed),
                                   num_samples=int(num_samples), length=int(nb_nodes))
-  return data.preprocess_feedback(algorithm, sampler.next(None))
+  return preprocessing.preprocess_feedback(algorithm, sampler.next(None))
 
 
 def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
@@ -117,15 +120,16 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
   if isinstance(nb_dims, dict):
     nb_dims = [nb_dims]
   if not nb_dims:
-    nb_dims = [model_lib.nb_dims_of(data.load_split(a, "val", cache_dir=cache_dir))
+    nb_dims = [model_lib.nb_dims_of(splits.load_split(a, "val", cache_dir=cache_dir))
                for a in algorithms]
   if len(nb_dims) != len(algorithms):
     raise ValueError(f"{len(nb_dims)} nb_dims for {len(algorithms)} algorithms")
   config = model_lib.NetConfig(**net_config)
   # Never stepped: the optimizer is only there because Model wants one.
   optimizer = learner.make_optimizer(1e-3, 1, 1.0)
-  return learner.Learner([data.get_spec(a) for a in algorithms], [dict(d) for d in nb_dims],
-                     config, optimizer, algorithms=list(algorithms))
+  return learner.Learner([preprocessing.get_spec(a) for a in algorithms],
+                         [dict(d) for d in nb_dims], config, optimizer,
+                         algorithms=list(algorithms))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,14 +194,14 @@ def _targets(algorithm: str, target: Target, cache_dir):
   """(what is scored, its feedback) for each split or size of `target`."""
 
   if target.nodes:
-    num_samples = target.max_samples or data.split_settings(algorithm, "test")["num_samples"]
+    num_samples = target.max_samples or splits.split_settings(algorithm, "test")["num_samples"]
     for n in target.nodes:
       yield ({"source": "sampled", "nb_nodes": int(n), "seed": int(target.sample_seed)},
              sample_graphs(algorithm, n, num_samples, target.sample_seed))
     return
-  feedback = data.load_split(algorithm, target.split, cache_dir=cache_dir)
-  yield ({"source": target.split, "nb_nodes": data.nb_nodes_of(feedback),
-          "seed": data.split_settings(algorithm, target.split)["seed"]}, feedback)
+  feedback = splits.load_split(algorithm, target.split, cache_dir=cache_dir)
+  yield ({"source": target.split, "nb_nodes": batching.nb_nodes_of(feedback),
+          "seed": splits.split_settings(algorithm, target.split)["seed"]}, feedback)
 
 
 def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, target: Target,
@@ -212,7 +216,7 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
       model.specs[index], entry["nb_nodes"], model.config.hidden_size, fast=model.config.fast)
   preds, truth = output_predictions(model, params, feedback, index, bs, cap)
   res = score_predictions(preds, truth)
-  size = data.nb_samples_of(feedback)
+  size = batching.nb_samples_of(feedback)
   n = min(size, cap or size)
   entry = dict(entry, num_samples=int(n), score=res["score"], scores=res["scores"])
   log(f"{algorithm} {entry['source']} nodes={entry['nb_nodes']} samples={n} "
@@ -257,11 +261,11 @@ def output_predictions(model, params, feedback, algorithm_index: int, batch_size
   `max_samples` samples of `feedback`, in learner.evaluate_split's batches: scored
   (`score_predictions`) they give its score."""
 
-  feedback, n_total = data.at_most(feedback, max_samples)
+  feedback, n_total = batching.at_most(feedback, max_samples)
   nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
   batch_size = -(-n_total // nb_batches)  # equal sub-batches, as evaluate_split's
   parts = []
-  for batch, n_valid in data.eval_batches(feedback, batch_size):
+  for batch, n_valid in batching.eval_batches(feedback, batch_size):
     preds, _ = model.eval_batch(params, batch, algorithm_index, False)
     parts.append(jax.tree_util.tree_map(lambda x, n=n_valid: np.asarray(x)[:n], preds))
   preds = {name: clrs.DataPoint(name=name, location=parts[0][name].location,
@@ -331,17 +335,17 @@ def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int
   """
 
   spec = model.specs[algorithm_index]
-  feedback, n_total = data.at_most(feedback, max_samples)
+  feedback, n_total = batching.at_most(feedback, max_samples)
 
   @jax.jit
   def hint_logits(params, features):
     return model.apply(params, features, algorithm_index, True, collect_hints=True).hint_preds
 
-  # Batches keep the split's full time axis (data.eval_batches), so their predictions
+  # Batches keep the split's full time axis (batching.eval_batches), so their predictions
   # join into the whole split's, scored in one clrs.evaluate_hints call: its MASK score is
   # an F1, which a mean over batches would not reproduce.
   parts = []
-  for batch, n_valid in data.eval_batches(feedback, min(batch_size, n_total)):
+  for batch, n_valid in batching.eval_batches(feedback, min(batch_size, n_total)):
     logits = jax.device_get(hint_logits(params, batch.features))
     parts.append({k: np.asarray(v)[:, :n_valid] for k, v in logits.items()})
   logits = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
@@ -375,14 +379,14 @@ def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: 
 
   ref = learner.Learner(model.specs, model.nb_dims,
                     dataclasses.replace(model.config, impl="reference"), model.optimizer)
-  feedback, n_total = data.at_most(feedback, max_samples)
+  feedback, n_total = batching.at_most(feedback, max_samples)
 
   def outputs(params, features, interceptor):
     with hk.experimental.intercept_methods(interceptor):
       return ref.apply(params, features, algorithm_index, True,
                        collect_hints=False).output_preds
 
-  batches = [b for b, _ in data.eval_batches(feedback, min(batch_size, n_total))]
+  batches = [b for b, _ in batching.eval_batches(feedback, min(batch_size, n_total))]
   if trace is not None:
     jax.eval_shape(lambda p, f: outputs(p, f, trace), params, batches[0].features)
   run = jax.jit(lambda p, f: outputs(p, f, interceptor))

@@ -1,7 +1,7 @@
 """A seed's training state, typed, and its checkpoint: saving, resuming, older checkpoints, continuing a calibration.
 
 `SeedState` is everything of one seed's training except its parameters, optimizer state
-and data streams, which travel beside it.  On disk it is the dict `runs.write_state`
+and data streams, which travel beside it.  On disk it is the dict `state_files.write_state`
 stores (no pickle; the keys every checkpoint of the one loop has had), so a checkpoint
 written by an earlier version resumes here and one written here resumes there.  A
 G-ForgetNet run whose λ comes from a calibration record starts from that calibration's
@@ -19,6 +19,7 @@ from nar_markov.config import runspec
 from nar_markov.state.lambda_schedule import LambdaSchedule
 from nar_markov.state.selection import Selection
 from nar_markov.store import runs
+from nar_markov.store import state_files
 from nar_markov.store import util
 
 # The one loop's checkpoints: a list per algorithm (curves, streams, definitions).
@@ -93,18 +94,18 @@ class Saved:
 
 
 def save(path: pathlib.Path, state: SeedState, params, opt_leaves, streams) -> None:
-  """Write a checkpoint (or a calibration's final state) atomically (runs.write_state)."""
-  runs.write_state(path, state.to_state(params, opt_leaves, streams))
+  """Write a checkpoint (or a calibration's final state) atomically (state_files.write_state)."""
+  state_files.write_state(path, state.to_state(params, opt_leaves, streams))
 
 
 def load(path: pathlib.Path) -> Optional[Dict[str, Any]]:
-  """The state dict saved at `path` (runs.read_state: no code is executed on load); None
+  """The state dict saved at `path` (state_files.read_state: no code is executed on load); None
   where there is none, or it was cut short by a kill (then it is moved aside, kept, and
   the run starts over)."""
   if not path.exists():
     return None
   try:
-    return runs.read_state(path)
+    return state_files.read_state(path)
   except ValueError as e:  # a checkpoint cut short by a kill: start over, loudly
     util.log(f"WARNING: unreadable checkpoint {path} ({e}); moved aside to "
              f"{runs.move_aside(path)}; starting from step 0")

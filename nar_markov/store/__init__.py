@@ -1,1 +1,1 @@
-"""The results store, without jax: run folders, result.json, params files, locks."""
+"""The results store, without jax: run folders, result.json, state files, params files, locks."""

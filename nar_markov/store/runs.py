@@ -1,4 +1,4 @@
-"""The one owner of the results format: run folders, file names, the result schema, done-ness, locks.
+"""The one owner of the results format: run folders, file names, the result schema, done-ness.
 
 Imports no jax: the launcher, ``--status`` and the analysis read results through it.
 
@@ -19,27 +19,20 @@ and the files that replay and re-score it read back (`run_file_problems`: ``conf
                     a "settings" record (an older version): never counted as done, never
                     silently retrained -- the sweep refuses; `archive_run` moves it away.
 
-Locks (``fcntl.flock``; released when the holder exits, even when killed): `run_lock` on a
-run folder while it trains (a second trainer is refused, `LockHeld`), `sweep_lock` on a
-results folder while a sweep plans and submits (a second sweep waits).
+Training-state files (checkpoints): nar_markov.store.state_files; the locks on run and results
+folders: nar_markov.store.locks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
-import fcntl
-import io
 import json
 import math
 import os
 import pathlib
 import re
-import socket
-import sys
 import tempfile
-import time
 import zipfile
 import zlib
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -53,7 +46,7 @@ from nar_markov.store import util
 DEFAULT_RESULTS = "runs"
 RESULT_SCHEMA = "nar_markov.result/1"
 RESULT_NAME = "result.json"
-CHECKPOINT_NAME = "checkpoint.npz"  # training state (`write_state`)
+CHECKPOINT_NAME = "checkpoint.npz"  # training state (nar_markov.store.state_files)
 # A calibration run's state at its last step, from which G-ForgetNet's run of
 # the same seed continues under the schedule reading (nar_markov/training/calibrate.py).
 FINAL_STATE_NAME = "final_state.npz"
@@ -67,8 +60,8 @@ PARAMS_HEADER_KEY = "__nar_markov__"
 MARKOV_NAME = "markov.json"
 MARKOV_SCHEMA = "nar_markov.markov/1"
 CONFIG_NAME = "config.gin"
-LOCK_NAME = ".lock"
-SWEEP_LOCK = "_sweeps/.lock"
+LOCK_NAME = ".lock"  # nar_markov.store.locks: run_lock
+SWEEP_LOCK = "_sweeps/.lock"  # and sweep_lock
 ARCHIVE_DIR = "_archive"  # results moved away by `sweep.py --archive-mismatched`
 FINAL_STATUSES = ("done", "diverged")
 
@@ -128,70 +121,6 @@ def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
-
-
-# -- training state files (checkpoints) -----------------------------------------
-
-STATE_FORMAT = "nar_markov.state/1"
-
-
-def write_state(path, state: Mapping[str, Any]) -> None:
-  """Write a training state (checkpoint) atomically as one .npz file: its arrays
-  as entries, everything else (dicts with str keys, lists, tuples, numbers,
-  strings, None) as one JSON entry.  `read_state` loads it without executing
-  code (no pickle: results folders may be shared); anything else is a TypeError."""
-  arrays = {}
-
-  def encode(x):
-    if isinstance(x, (np.ndarray, np.generic)):
-      key = f"a{len(arrays)}"
-      arrays[key] = np.asarray(x)
-      return {"__array__": key}
-    if isinstance(x, dict):
-      bad = [k for k in x if not isinstance(k, str) or k.startswith("__")]
-      if bad:
-        raise TypeError(f"state dict keys must be str not starting with '__', got {bad}")
-      return {k: encode(v) for k, v in x.items()}
-    if isinstance(x, tuple) and not hasattr(x, "_fields"):
-      return {"__tuple__": [encode(v) for v in x]}
-    if isinstance(x, list):
-      return [encode(v) for v in x]
-    if x is None or isinstance(x, (bool, int, float, str)):
-      return x
-    raise TypeError(f"cannot store a {type(x).__name__} in a state file (arrays, dicts, "
-                    "lists, tuples, numbers, strings only)")
-
-  doc = json.dumps({"format": STATE_FORMAT, "state": encode(dict(state))})
-  buf = io.BytesIO()
-  np.savez(buf, __state__=np.array(doc), **arrays)
-  atomic_write_bytes(path, buf.getvalue())
-
-
-def read_state(path, arrays: bool = True) -> Any:
-  """The state `write_state` wrote at `path` (np.load with allow_pickle=False);
-  ValueError for a file that is not one, or was cut short.  `arrays=False` reads
-  only its JSON part (arrays come back as None): cheap, for a look at its record."""
-  try:
-    with np.load(path, allow_pickle=False) as z:
-      doc = json.loads(str(z["__state__"]))
-      stored = {k: z[k] for k in z.files if k != "__state__"} if arrays else {}
-  except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-    raise ValueError(f"{path} is not a readable state file: {e!r}") from None
-  if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-    raise ValueError(f"{path}: unknown state format {doc.get('format') if isinstance(doc, dict) else doc!r}")
-
-  def decode(x):
-    if isinstance(x, dict):
-      if set(x) == {"__array__"}:
-        return stored.get(x["__array__"])
-      if set(x) == {"__tuple__"}:
-        return tuple(decode(v) for v in x["__tuple__"])
-      return {k: decode(v) for k, v in x.items()}
-    if isinstance(x, list):
-      return [decode(v) for v in x]
-    return x
-
-  return decode(doc["state"])
 
 
 # -- the result schema -----------------------------------------------------------
@@ -468,40 +397,6 @@ def params_problem(path) -> Optional[str]:
   return None
 
 
-def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> Verdict:
-  """What the trainer will make of the checkpoint in `folder` (a run folder, or a
-  multi-task job's) for the job whose definitions are `expected` (one per
-  algorithm, with the seed), read without its arrays:
-
-    missing   there is none;
-    corrupt   unreadable: the trainer moves it aside and trains from step 0;
-    other     written for other algorithms or settings: the trainer refuses it
-              and keeps it, so a job for it is bound to fail;
-    resume    the job will continue from it.
-  """
-  path = pathlib.Path(folder) / CHECKPOINT_NAME
-  if not path.exists():
-    return Verdict("missing", path, "no checkpoint")
-  try:
-    state = read_state(path, arrays=False)
-  except ValueError as e:
-    return Verdict("corrupt", path, f"{e}; the job moves it aside and trains from step 0")
-  algorithms = [d["algorithm"] for d in expected]
-  if state.get("algorithms") != algorithms:
-    return Verdict("other", path, f"checkpoint {path} is for algorithms "
-                   f"{state.get('algorithms')}, this run is on {algorithms}")
-  recorded = state.get("definitions") or []
-  # Written before the history policy was part of a definition: the label pinned it.
-  recorded = [dict(r, history=r.get("history", e.get("history")))
-              for r, e in zip(recorded, expected)]
-  diffs = [d for r, e in zip(recorded, expected) for d in definition_mismatch(r, e)]
-  if diffs:
-    return Verdict("other", path, f"checkpoint {path} was written with "
-                   + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
-                   + ", ".join(f"{k}={b!r}" for k, _, b in diffs))
-  return Verdict("resume", path, f"resumes from step {state.get('step')}")
-
-
 def refuse_other_settings(verdicts) -> None:
   """ValueError listing the results made with other settings (the trainers'
   check before touching a run folder; the sweep lists them itself)."""
@@ -571,79 +466,3 @@ def read_markov(run_folder) -> Optional[dict]:
   if not isinstance(record, dict) or record.get("schema") != MARKOV_SCHEMA:
     raise ValueError(f"{path}: not a {MARKOV_SCHEMA} record")
   return record
-
-
-# -- locks -------------------------------------------------------------------------
-
-
-class LockHeld(RuntimeError):
-  """Another process holds the lock (a run being trained elsewhere)."""
-
-
-def _holder(f) -> str:
-  try:
-    f.seek(0)
-    text = f.read().strip()
-  except OSError:
-    text = ""
-  return text or "unknown process"
-
-
-def _acquire(path: pathlib.Path, wait: bool, on_wait=None):
-  path.parent.mkdir(parents=True, exist_ok=True)
-  f = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
-  try:
-    try:
-      fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      holder = _holder(f)
-      if not wait:
-        raise LockHeld(holder) from None
-      if on_wait is not None:
-        on_wait(holder)
-      fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-            f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-    f.flush()
-  except BaseException:
-    f.close()
-    raise
-  return f
-
-
-@contextlib.contextmanager
-def run_lock(run_folder):
-  """Held while a run trains; raises LockHeld at once if another process holds it.
-
-  Refusing (not waiting) is the choice: two trainers of one run mean two jobs
-  for one run, and the second should end now rather than hold a Slurm slot
-  until the first is done.
-  """
-  path = pathlib.Path(run_folder) / LOCK_NAME
-  try:
-    f = _acquire(path, wait=False)
-  except LockHeld as e:
-    raise LockHeld(f"{run_folder} is being trained by another process ({e}; lock "
-                   f"{path}): not starting a second training of the same run") from None
-  try:
-    yield path
-  finally:
-    f.close()
-
-
-@contextlib.contextmanager
-def sweep_lock(results_dir):
-  """Held while a sweep plans, writes its manifest and submits; a second sweep waits."""
-  path = pathlib.Path(results_dir) / SWEEP_LOCK
-
-  def say(holder):
-    print(f"waiting for {path}: another sweep on this results folder is planning or "
-          f"submitting ({holder})", file=sys.stderr, flush=True)
-
-  f = _acquire(path, wait=True, on_wait=say)
-  try:
-    yield path
-  finally:
-    f.close()

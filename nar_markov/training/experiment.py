@@ -53,7 +53,7 @@ def run_experiment(*,
 
   A seed already done with this definition (runs.check_result) is skipped; a
   result with other settings is an error; a corrupt one is moved aside and
-  trained again; a seed another process trains is runs.LockHeld.
+  trained again; a seed another process trains is nar_markov.store.locks.LockHeld.
   """
   for name, value, kind in (("net", net, NetConfig), ("protocol", protocol, runspec.Protocol),
                             ("penalty", penalty, runspec.GatePenalty)):

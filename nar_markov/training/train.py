@@ -25,10 +25,15 @@ import optax
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import provenance
 from nar_markov.config import runspec
-from nar_markov.data import pipeline as data
+from nar_markov.data import batching
+from nar_markov.data import preprocessing
+from nar_markov.data import splits
+from nar_markov.data import train_stream
+from nar_markov.data import validation_pool
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 from nar_markov.state import checkpoint
+from nar_markov.store import locks as locks_lib
 from nar_markov.store import params_io
 from nar_markov.store import runs
 from nar_markov.store import util
@@ -74,9 +79,10 @@ def run(resolved: runspec.Resolved) -> Any:
     todo = []
     for s in seeds:
       if not all(v.done for v in verdicts[s]):
-        # One trainer per job: a second process is refused (runs.run_lock);
+        # One trainer per job: a second process is refused (locks_lib.run_lock);
         # then look again -- the other may have finished in between.
-        locks.enter_context(runs.run_lock(runs.job_folder(results_dir, model, algorithms, s)))
+        locks.enter_context(
+            locks_lib.run_lock(runs.job_folder(results_dir, model, algorithms, s)))
         verdicts[s] = verdicts_of(s)
       if all(v.done for v in verdicts[s]):
         for v in verdicts[s]:
@@ -103,13 +109,13 @@ def run(resolved: runspec.Resolved) -> Any:
 def _make_job(resolved: runspec.Resolved) -> "_Job":
   """What the seeds of one run_experiment call share: net, optimizer, test splits."""
   tasks, p, net_config = resolved.tasks, resolved.protocol, resolved.net
-  specs = [data.get_spec(t.algorithm) for t in tasks]
+  specs = [preprocessing.get_spec(t.algorithm) for t in tasks]
   nb_dims = []
   for t, spec in zip(tasks, specs):
-    t.test = data.load_split(t.algorithm, "test")
+    t.test = splits.load_split(t.algorithm, "test")
     nb_dims.append(model_lib.nb_dims_of(t.test))
     t.test_batch_size = int(p.test_batch_size) if p.test_batch_size is not None else (
-        learner.default_test_batch_size(spec, data.nb_nodes_of(t.test),
+        learner.default_test_batch_size(spec, batching.nb_nodes_of(t.test),
                                         net_config.hidden_size, fast=net_config.fast))
   summed = p.multitask_update == "summed" and len(tasks) > 1
   updates_per_step = 1 if summed else len(tasks)
@@ -136,11 +142,13 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
       runs.atomic_write_bytes(out_dir / runs.CONFIG_NAME, job.gin_str.encode())
     # Data: one train stream and one validation pool per algorithm and seed,
     # as run.py; the test splits from the cache (the official draw).
-    seeds_of = [data.stream_seed(s, t.algorithm, algorithms) for t in job.tasks]
-    streams = [data.TrainStream(t.algorithm, seed=k, batch_size=job.protocol.batch_size,
-                                lengths=t.lengths) for t, k in zip(job.tasks, seeds_of)]
-    vals = [data.ValidationPool(t.algorithm, seed=k, lengths=t.lengths,
-                                mode=job.protocol.validation_mode) for t, k in zip(job.tasks, seeds_of)]
+    seeds_of = [train_stream.stream_seed(s, t.algorithm, algorithms) for t in job.tasks]
+    streams = [train_stream.TrainStream(t.algorithm, seed=k, batch_size=job.protocol.batch_size,
+                                        lengths=t.lengths)
+               for t, k in zip(job.tasks, seeds_of)]
+    vals = [validation_pool.ValidationPool(t.algorithm, seed=k, lengths=t.lengths,
+                                           mode=job.protocol.validation_mode)
+            for t, k in zip(job.tasks, seeds_of)]
     run = _SeedRun(job, s, runs.job_folder(results_dir, job.model, algorithms, s), out_dirs,
                    streams, vals, results_dir=results_dir)
     params, opt_state = run.start()
@@ -225,8 +233,8 @@ class _SeedRun:
   """
 
   def __init__(self, job: _Job, seed: int, job_dir: pathlib.Path,
-               out_dirs: Sequence[pathlib.Path], streams: Sequence[data.TrainStream],
-               vals: Sequence[data.ValidationPool], results_dir=None):
+               out_dirs: Sequence[pathlib.Path], streams: Sequence[train_stream.TrainStream],
+               vals: Sequence[validation_pool.ValidationPool], results_dir=None):
     self.job = job
     self.seed = int(seed)
     # The folder the run trains into: result.json names its files relative to it.
@@ -261,7 +269,7 @@ class _SeedRun:
       opt_state = job.learner.restore_opt_state(params, saved.opt_leaves)
       self.state = saved.state
     else:
-      init_features = [next(iter(data.eval_batches(v.draw(0), job.protocol.val_batch_size)))[0]
+      init_features = [next(iter(batching.eval_batches(v.draw(0), job.protocol.val_batch_size)))[0]
                        .features for v in self.vals]
       # = net.init(PRNGKey(seed), ...) and optimizer.init, in one compilation.
       params, opt_state = job.learner.init_state(self.seed, init_features)

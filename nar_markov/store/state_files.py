@@ -1,0 +1,118 @@
+"""Training-state files (checkpoints): their format, and what a trainer will make of one.
+
+`write_state` stores a state dict atomically as one .npz file (its arrays as entries, the rest
+as one JSON entry); `read_state` loads it without executing code (no pickle: results folders
+may be shared); `check_checkpoint` says whether a job will resume from the checkpoint in its
+folder.  The files' names and folders: nar_markov.store.runs (``CHECKPOINT_NAME``,
+``FINAL_STATE_NAME``, `job_folder`).  Imports no jax.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import zipfile
+import zlib
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from nar_markov.store import runs
+
+# The format tag in every state file's JSON entry.
+STATE_FORMAT = "nar_markov.state/1"
+
+
+def write_state(path, state: Mapping[str, Any]) -> None:
+  """Write a training state (checkpoint) atomically as one .npz file: its arrays
+  as entries, everything else (dicts with str keys, lists, tuples, numbers,
+  strings, None) as one JSON entry.  `read_state` loads it without executing
+  code (no pickle: results folders may be shared); anything else is a TypeError."""
+  arrays = {}
+
+  def encode(x):
+    if isinstance(x, (np.ndarray, np.generic)):
+      key = f"a{len(arrays)}"
+      arrays[key] = np.asarray(x)
+      return {"__array__": key}
+    if isinstance(x, dict):
+      bad = [k for k in x if not isinstance(k, str) or k.startswith("__")]
+      if bad:
+        raise TypeError(f"state dict keys must be str not starting with '__', got {bad}")
+      return {k: encode(v) for k, v in x.items()}
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+      return {"__tuple__": [encode(v) for v in x]}
+    if isinstance(x, list):
+      return [encode(v) for v in x]
+    if x is None or isinstance(x, (bool, int, float, str)):
+      return x
+    raise TypeError(f"cannot store a {type(x).__name__} in a state file (arrays, dicts, "
+                    "lists, tuples, numbers, strings only)")
+
+  doc = json.dumps({"format": STATE_FORMAT, "state": encode(dict(state))})
+  buf = io.BytesIO()
+  np.savez(buf, __state__=np.array(doc), **arrays)
+  runs.atomic_write_bytes(path, buf.getvalue())
+
+
+def read_state(path, arrays: bool = True) -> Any:
+  """The state `write_state` wrote at `path` (np.load with allow_pickle=False);
+  ValueError for a file that is not one, or was cut short.  `arrays=False` reads
+  only its JSON part (arrays come back as None): cheap, for a look at its record."""
+  try:
+    with np.load(path, allow_pickle=False) as z:
+      doc = json.loads(str(z["__state__"]))
+      stored = {k: z[k] for k in z.files if k != "__state__"} if arrays else {}
+  except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise ValueError(f"{path} is not a readable state file: {e!r}") from None
+  if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+    raise ValueError(f"{path}: unknown state format {doc.get('format') if isinstance(doc, dict) else doc!r}")
+
+  def decode(x):
+    if isinstance(x, dict):
+      if set(x) == {"__array__"}:
+        return stored.get(x["__array__"])
+      if set(x) == {"__tuple__"}:
+        return tuple(decode(v) for v in x["__tuple__"])
+      return {k: decode(v) for k, v in x.items()}
+    if isinstance(x, list):
+      return [decode(v) for v in x]
+    return x
+
+  return decode(doc["state"])
+
+
+def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verdict:
+  """What the trainer will make of the checkpoint in `folder` (a run folder, or a
+  multi-task job's) for the job whose definitions are `expected` (one per
+  algorithm, with the seed), read without its arrays:
+
+    missing   there is none;
+    corrupt   unreadable: the trainer moves it aside and trains from step 0;
+    other     written for other algorithms or settings: the trainer refuses it
+              and keeps it, so a job for it is bound to fail;
+    resume    the job will continue from it.
+  """
+  path = pathlib.Path(folder) / runs.CHECKPOINT_NAME
+  if not path.exists():
+    return runs.Verdict("missing", path, "no checkpoint")
+  try:
+    state = read_state(path, arrays=False)
+  except ValueError as e:
+    return runs.Verdict("corrupt", path,
+                        f"{e}; the job moves it aside and trains from step 0")
+  algorithms = [d["algorithm"] for d in expected]
+  if state.get("algorithms") != algorithms:
+    return runs.Verdict("other", path, f"checkpoint {path} is for algorithms "
+                        f"{state.get('algorithms')}, this run is on {algorithms}")
+  recorded = state.get("definitions") or []
+  # Written before the history policy was part of a definition: the label pinned it.
+  recorded = [dict(r, history=r.get("history", e.get("history")))
+              for r, e in zip(recorded, expected)]
+  diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
+  if diffs:
+    return runs.Verdict("other", path, f"checkpoint {path} was written with "
+                        + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
+                        + ", ".join(f"{k}={b!r}" for k, _, b in diffs))
+  return runs.Verdict("resume", path, f"resumes from step {state.get('step')}")
