@@ -71,11 +71,13 @@ def _losses_grads_preds(models, params, feedback, lambda_gate):
   return results
 
 
-def _models(spec, feedback, history="gated", processor="triplet_gmpnn"):
+def _models(spec, feedback, history="gated", processor="triplet_gmpnn",
+            decoder_input="dmclrs"):
   out = {}
   for impl in ("reference", "fast"):
     config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4,
-                                 history=history, processor=processor, impl=impl)
+                                 history=history, processor=processor, impl=impl,
+                                 decoder_input=decoder_input)
     out[impl] = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
                             learner.make_optimizer(1e-3, 10, 1.0))
   return out
@@ -110,12 +112,12 @@ def test_fast_equals_reference(algorithm, processor):
   check_fast_equals_reference(algorithm, processor)
 
 
-def check_fast_equals_reference(algorithm, processor):
+def check_fast_equals_reference(algorithm, processor, decoder_input="dmclrs"):
   """The same parameters, initial values, losses, gradients, predictions and hint
   statistics from both impls (the fixture `quick_compile` active, and with it
   `same_gumbel_noise`)."""
   spec, feedback = _batch(algorithm)
-  models = _models(spec, feedback, processor=processor)
+  models = _models(spec, feedback, processor=processor, decoder_input=decoder_input)
   params = models["reference"].init(jax.random.PRNGKey(0), [feedback.features])
   fast_params = models["fast"].init(jax.random.PRNGKey(0), [feedback.features])
   # Same parameters, and the same initial values for a seed.
@@ -140,6 +142,20 @@ def check_fast_equals_reference(algorithm, processor):
                              rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(fast[3]["history_norm"], ref[3]["history_norm"],
                              rtol=1e-5)
+
+
+# NetConfig.decoder_input='processed' (decoders read h(t) alone, [B, N, H]): one
+# algorithm per decoder path that reads h_t -- bfs node pointer and masks,
+# floyd_warshall edge pointer/scalar/mask, insertion_sort permutation pointer,
+# find_maximum_subarray_kadane graph scalar hints and node mask_one outputs.  The decoders
+# read h_t the same way on either processor: bfs on both, the others on triplet_mpnn (the
+# default processor; each case is ~30 s of compiling).
+@pytest.mark.usefixtures("quick_compile")
+@pytest.mark.parametrize("algorithm, processor", [
+    ("bfs", "triplet_gmpnn"), ("bfs", "triplet_mpnn"), ("floyd_warshall", "triplet_mpnn"),
+    ("insertion_sort", "triplet_mpnn"), ("find_maximum_subarray_kadane", "triplet_mpnn")])
+def test_fast_equals_reference_decoding_from_h_t_alone(algorithm, processor):
+  check_fast_equals_reference(algorithm, processor, decoder_input="processed")
 
 
 @pytest.mark.usefixtures("quick_compile")

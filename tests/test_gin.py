@@ -16,7 +16,7 @@ SMOKE = ["Protocol.train_steps = 2", "Protocol.eval_every_steps = 2",
          "Protocol.val_max_samples = 4", "Protocol.test_max_samples = 4"]
 # Overlays and data-only files are run on top of a model file.
 OVERLAYS = {"smoke.gin", "local.gin", "slurm_gpu.gin", "reduced1500.gin", "pilot.gin",
-            "triplet_mpnn.gin", "triplet_gmpnn.gin"}
+            "triplet_mpnn.gin", "triplet_gmpnn.gin", "decoder_processed.gin"}
 
 
 def _shipped():

@@ -170,6 +170,24 @@ def test_forgetnet_outside_the_scope_sees_history(batch, scope):
   np.testing.assert_array_equal(outs[0].history_norm, 0.0)
 
 
+def test_processed_decoders_make_processor_and_processor_decoder_one_net(batch):
+  """Under NetConfig.decoder_input='processed' no decoder reads h(t-1): the scopes
+  'processor' and 'processor_decoder' differ in nothing else, and predict the same."""
+  spec, feedback = batch
+  scopes = ("processor", "processor_decoder")
+  models = {s: learner.Learner(
+      [spec], [model_lib.nb_dims_of(feedback)],
+      model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4, history="gated",
+                          history_scope=s, impl="fast", decoder_input="processed"),
+      learner.make_optimizer(1e-3, 10, 1.0)) for s in scopes}
+  params = models[scopes[0]].init(jax.random.PRNGKey(0), [feedback.features])
+  a, b = (models[s].apply(params, feedback.features, 0, True) for s in scopes)
+  for name in a.hint_preds:
+    np.testing.assert_array_equal(a.hint_preds[name], b.hint_preds[name])
+  for name in a.output_preds:
+    np.testing.assert_array_equal(a.output_preds[name], b.output_preds[name])
+
+
 def test_unknown_scope_is_one_clear_error():
   with pytest.raises(ValueError, match="history_scope must be one of"):
     model_lib.NetConfig(history_scope="decoder")

@@ -21,10 +21,10 @@ def bfs_batch():
   return spec, feedback
 
 
-def _model(spec, feedback, history, gate_bias_init=0.0, impl="auto"):
+def _model(spec, feedback, history, gate_bias_init=0.0, impl="auto", **net):
   config = model_lib.NetConfig(hidden_size=HIDDEN, history=history,
                                nb_triplet_fts=4, gate_bias_init=gate_bias_init,
-                               impl=impl)
+                               impl=impl, **net)
   m = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
                   learner.make_optimizer(1e-3, 100, 1.0))
   params = m.init(jax.random.PRNGKey(0), [feedback.features])
@@ -138,9 +138,40 @@ def test_hint_loss_matches_dm_clrs(bfs_batch):
   np.testing.assert_allclose(float(ours.hint), float(theirs), rtol=1e-5)
 
 
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_processed_decoders_read_h_t_alone(bfs_batch, impl):
+  """NetConfig.decoder_input='processed': the node decoders' first Linears take H inputs
+  (h(t)), not dm-clrs's 3H ([x(t), h(t-1), h(t)]), and h(t-1) reaches no decoder.
+  ForgetNet with scope 'processor' keeps the raw h(t-1) in the decoder input only
+  (test_history_scope): decoding from h(t) alone, it no longer depends on h(t-1), where
+  dm-clrs's decoder input makes it move with it."""
+  spec, feedback = bfs_batch
+  for decoder_input, width in (("dmclrs", 3 * HIDDEN), ("processed", HIDDEN)):
+    m, params = _model(spec, feedback, "none", impl=impl, history_scope="processor",
+                       decoder_input=decoder_input)
+    for name in ("pi_h_dec_linear", "pi_h_dec_linear_1", "reach_h_dec_linear"):
+      (w,) = [v["w"] for k, v in params.items() if k.endswith(f"algo_0_{name}")]
+      assert w.shape[0] == width, (decoder_input, name, w.shape)
+    run, h_a, h_b = _history_probe(m, params, feedback)
+    (loss_a, out_a), (loss_b, out_b) = run(h_a), run(h_b)
+    if decoder_input == "dmclrs":
+      assert not np.allclose(out_a.hint_preds["pi_h"], out_b.hint_preds["pi_h"])
+      continue
+    assert float(loss_a) == float(loss_b)
+    for name in out_a.hint_preds:
+      np.testing.assert_array_equal(out_a.hint_preds[name], out_b.hint_preds[name])
+    for name in out_a.output_preds:
+      np.testing.assert_array_equal(out_a.output_preds[name], out_b.output_preds[name])
+    grad = jax.grad(lambda h: run(h)[0])(h_a)
+    assert float(jnp.max(jnp.abs(grad))) == 0.0
+
+
 def test_bad_config_is_one_clear_error():
   with pytest.raises(ValueError, match="history must be one of"):
     model_lib.NetConfig(history="partial")
+  with pytest.raises(ValueError,
+                     match=r"decoder_input must be one of \('dmclrs', 'processed'\)"):
+    model_lib.NetConfig(decoder_input="concat")
   with pytest.raises(ValueError, match="hidden_size must be > 0"):
     model_lib.NetConfig(hidden_size=0)
 

@@ -167,7 +167,7 @@ def _changed(value, field=None):
     return [int(v) + 1 for v in value]
   return {"resample": "fixed", "processor_decoder": "processor", "auto": "fast",
           "xavier_on_scalars": "default", "triplet_gmpnn": "mpnn", "gated": "none",
-          "per_algorithm": "summed"}[value]
+          "per_algorithm": "summed", "dmclrs": "processed"}[value]
 
 
 # The fields that change no number of a run: how often it checkpoints (a multiple of the

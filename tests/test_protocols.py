@@ -154,6 +154,16 @@ def test_model_variants_are_one_protocol_and_the_processor_is_not():
   assert protocols.differing(groups) == ["processor"]
 
 
+def test_the_decoder_input_is_protocol_and_reads_as_dmclrs_where_unrecorded():
+  """NetConfig.decoder_input is architecture, as the processor: 'processed' runs are
+  another protocol; a result without the key (every committed one) is a 'dmclrs' run."""
+  groups = protocols.protocol_groups([_run("kadane"), _run("kadane", decoder_input="processed")])
+  assert protocols.differing(groups) == ["decoder_input"]
+  assert protocols.protocol(_run("kadane"))["decoder_input"] == "dmclrs"
+  assert len(protocols.protocol_groups([_run("kadane"),
+                                        _run("kadane", decoder_input="dmclrs")])) == 1
+
+
 def test_a_missing_setting_reads_as_its_default():
   old = _run("kadane")
   del old["settings"]["processor"]

@@ -194,6 +194,17 @@ def test_the_committed_runs_are_done(name):
       (s.name, s.state, s.detail) for s in statuses if s.state not in ("done", "diverged")]
 
 
+def test_a_result_from_before_decoder_input_is_a_dmclrs_run():
+  """NetConfig.decoder_input is recorded only where it is not its default (as every field
+  added after the first results): a result without the key, as every committed one, is
+  the same run as a 'dmclrs' one and another run than a 'processed' one."""
+  old = {"settings": flat.settings("bfs", model="baseline")}
+  assert "decoder_input" not in old["settings"]
+  for value, diffs in (("dmclrs", []), ("processed", [("decoder_input", None, "processed")])):
+    expected = {"settings": flat.settings("bfs", model="baseline", decoder_input=value)}
+    assert runs.definition_mismatch(old, expected) == diffs, value
+
+
 def test_status_without_gin_counts_a_result_only_in_its_own_folder(write_result, tmp_path,
                                                                     capsys):
   """A seed-0 result copied into seed1/ and into another model's folder: one run done,

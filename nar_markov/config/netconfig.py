@@ -16,6 +16,11 @@ HISTORY_POLICIES = ("full", "none", "gated")
 # processor input z = [x(t), h(t-1)], the Triplet-GMPNN update residual
 # (1 - u) * h(t-1), and the decoder input [x(t), h(t-1), h(t)].
 HISTORY_SCOPES = ("processor_input", "processor", "processor_decoder")
+# What the decoders read of the nodes: 'dmclrs' is dm-clrs's
+# h_t = [x(t), h(t-1) (what the scope lets through), h(t)]; 'processed' is h(t) alone, the
+# paper's "processed node embeddings" (the pilot of docs/design.md).  Edge decoders read
+# their edge features and triplet messages under both.
+DECODER_INPUTS = ("dmclrs", "processed")
 IMPLS = ("auto", "fast", "reference")
 FAST_PROCESSORS = ("triplet_gmpnn", "triplet_mpnn")
 
@@ -41,6 +46,9 @@ class NetConfig:
   #                      gate is shut.  Eq. 3's "remove the use of h(t-1)" read
   #                      literally; docs/design.md says what the evidence shows.
   history_scope: str = "processor_decoder"
+  # The node embeddings the decoders read (DECODER_INPUTS).  Under 'processed' no
+  # decoder reads h(t-1), so the scopes 'processor' and 'processor_decoder' are one net.
+  decoder_input: str = "dmclrs"
   # gin/base.gin binds the pipeline's processor, Triplet-MPNN since the processor call
   # (docs/design.md, "Which processor"); this default stays the net the tests' tiny runs
   # and golden sets were written on.
@@ -75,6 +83,9 @@ class NetConfig:
     if self.history_scope not in HISTORY_SCOPES:
       raise ValueError(f"history_scope must be one of {HISTORY_SCOPES}, "
                        f"got {self.history_scope!r}")
+    if self.decoder_input not in DECODER_INPUTS:
+      raise ValueError(f"decoder_input must be one of {DECODER_INPUTS}, "
+                       f"got {self.decoder_input!r}")
     if int(self.hidden_size) <= 0:
       raise ValueError(f"hidden_size must be > 0, got {self.hidden_size}")
     if self.nb_msg_passing_steps < 1:

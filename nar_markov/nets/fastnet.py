@@ -341,7 +341,7 @@ node_pointer_logits.defvjp(_node_pointer_fwd, _node_pointer_bwd)
 
 class DecoderInputs(NamedTuple):
   """What dm-clrs's decode_fts reads, with e_t = [edge_fts, tri_msgs] split."""
-  h_t: chex.Array          # [B, N, 3H]
+  h_t: chex.Array          # [B, N, 3H]; [B, N, H] under decoder_input 'processed'
   edge_x: Optional[chex.Array]   # low-rank part of edge_fts (EdgeFts.x)
   tri_msgs: chex.Array     # [B, N, N, H]
   graph_fts: chex.Array
@@ -487,7 +487,8 @@ class FastNet(model_lib.Net):
                                            nxt_hidden)
     # DECODE hints now; outputs only at each trajectory's last step.
     with jax.named_scope("decode"):
-      h_t = jnp.concatenate([enc.node_fts, seen.decoder, nxt_hidden], axis=-1)
+      h_t = model_lib.decoder_node_input(cfg.decoder_input, enc.node_fts, seen.decoder,
+                                         nxt_hidden)
       dec_in = DecoderInputs(h_t, edges.x, tri_msgs, enc.graph_fts, enc.adj_mat)
       hint_preds = decode(p.decs, p.spec, p.hint_names, dec_in, edges, p.repred)
     gate_sum, history_norm = seen.stats()

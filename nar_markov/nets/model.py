@@ -15,7 +15,9 @@ residual ``ret * gate + hidden * (1 - gate)`` and the decoder input
 (`_history`); `NetConfig.history_scope` says which of the three receive it
 (`scoped_history`), the others the raw h(t-1).  With the default scope, all
 three, ForgetNet's net is exactly independent of h(t-1) (tested: perturbing it
-changes nothing and its gradient is zero).
+changes nothing and its gradient is zero).  `NetConfig.decoder_input='processed'`
+decodes from h(t) alone, as the paper's text says (`decoder_node_input`): no decoder
+then reads h(t-1), under any scope.
 
 Everything the paper does not change is dm-clrs's own: encoders, decoders,
 the Triplet-GMPNN processor, soft hint re-prediction and the output/hint
@@ -116,7 +118,8 @@ class ScopedHistory(NamedTuple):
   """What each consumer of h(t-1) sees at one step (NetConfig.history_scope)."""
   processor: chex.Array   # the processor input z = [x(t), processor]
   residual: chex.Array    # the processor's update residual (1 - u) * residual
-  decoder: chex.Array     # the decoder input [x(t), decoder, h(t)]
+  decoder: chex.Array     # the decoder input [x(t), decoder, h(t)] (unread under
+                          # NetConfig.decoder_input='processed')
   gate: Optional[chex.Array]  # g(t), G-ForgetNet only
 
   def stats(self) -> Tuple[chex.Array, chex.Array]:
@@ -138,6 +141,20 @@ def scoped_history(scope: str, history: chex.Array, hidden: chex.Array,
   residual = hidden if scope == "processor_input" else history
   decoder = history if scope == "processor_decoder" else hidden
   return ScopedHistory(history, residual, decoder, gate)
+
+
+def decoder_node_input(decoder_input: str, node_fts: chex.Array, history: chex.Array,
+                       nxt_hidden: chex.Array) -> chex.Array:
+  """The node embeddings the decoders read (NetConfig.decoder_input): dm-clrs's
+  [x(t), history, h(t)] ([B, N, 3H]; `history`: what the scope lets the decoder see of
+  h(t-1)) or, 'processed', h(t) alone ([B, N, H]).  dm-clrs's decoders take their
+  input width from it."""
+  if decoder_input == "dmclrs":
+    return jnp.concatenate([node_fts, history, nxt_hidden], axis=-1)
+  if decoder_input == "processed":
+    return nxt_hidden
+  raise ValueError(f"NetConfig.decoder_input {decoder_input!r} has no branch in "
+                   "nar_markov/nets/model.py decoder_node_input")
 
 
 def _process_with_residual(processor, seen: ScopedHistory, node_fts, edge_fts, graph_fts,
@@ -259,8 +276,9 @@ class Net(hk.Module):
           batch_size=batch_size, nb_nodes=nb_nodes)
     # DECODE: dm-clrs feeds [node_fts, h(t-1), h(t)] to the decoders; in the
     # default scope h(t-1) is replaced by the history, so ForgetNet's decoders
-    # never see it either.
-    h_t = jnp.concatenate([node_fts, seen.decoder, nxt_hidden], axis=-1)
+    # never see it either ('processed': h(t) alone).
+    h_t = decoder_node_input(self._config.decoder_input, node_fts, seen.decoder,
+                             nxt_hidden)
     e_t = edge_fts if nxt_edge is None else jnp.concatenate(
         [edge_fts, nxt_edge], axis=-1)
     hint_preds, output_preds = decoders.decode_fts(
