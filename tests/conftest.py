@@ -296,7 +296,7 @@ def fake_slurm(tmp_path, monkeypatch):
 # ALGORITHMS=['bfs','dfs'] (what the sweep tests ask for), for `write_result`.
 SMOKE_SETTINGS = dict(train_steps=20, batch_size=8, hidden_size=16, learning_rate=0.0015,
                       grad_clip_max_norm=1.0, schedule_steps=None, train_lengths=[4, 7],
-                      processor="triplet_gmpnn", nb_triplet_fts=4, gate_mlp_layers=2,
+                      processor="triplet_mpnn", nb_triplet_fts=4, gate_mlp_layers=2,
                       gate_bias_init=0.0, eval_every_steps=10, log_every_steps=5,
                       val_max_samples=8, test_max_samples=8)
 MULTITASK_SETTINGS = dict(SMOKE_SETTINGS, train_steps=10000, batch_size=32, hidden_size=128,

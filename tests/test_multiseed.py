@@ -38,7 +38,7 @@ ALG, MODEL, LAM = "insertion_sort", "gforget", 0.05
 # happens not to flip any argmax of this near-chance net, so scores compare
 # exactly; the fast net's vmapped step is checked against its plain step below.
 TINY = dict(model=MODEL, lambda_gate=LAM, hidden_size=8, nb_triplet_fts=4, batch_size=4,
-            impl="reference",
+            impl="reference", processor="triplet_mpnn",  # gin/base.gin's, for the sweeps
             train_lengths=(4, 5), train_steps=12, eval_every_steps=6, log_every_steps=3,
             checkpoint_every_steps=3, val_max_samples=8, test_max_samples=8)
 SEEDS = [0, 1, 2]

@@ -130,7 +130,7 @@ def test_the_impls_take_turns_size_by_size(monkeypatch):
     pass
 
   def fake_profile_size(impl, algorithm, feedback, spec, hidden, reps, seed):
-    calls.append((impl, profile_step.data.nb_nodes_of(feedback)))
+    calls.append((impl, profile_step.batching.nb_nodes_of(feedback)))
     return {"wall_ms": 1.0}
 
   def stop(per_size):
