@@ -483,9 +483,9 @@ class _OneSeed:
   def keep(self, idx: Sequence[int]) -> None:  # pylint: disable=unused-argument
     """Only one seed: a diverged one ends the loop (no seed is left)."""
 
-  def params_of(self, with_opt: bool = False):
-    """Per seed: its parameters (and optimizer state), as the loop holds them."""
-    return [(self.params, self.opt_state) if with_opt else self.params]
+  def slices(self, with_opt: bool):
+    """Per seed: (its parameters, its optimizer state or None), as the loop holds them."""
+    return [(self.params, self.opt_state if with_opt else None)]
 
 
 class _Stacked:
@@ -523,14 +523,12 @@ class _Stacked:
     self.params, self.opt_state = jax.tree_util.tree_map(
         lambda x: x[idx], (self.params, self.opt_state))
 
-  def params_of(self, with_opt: bool = False):
-    if with_opt:
-      host_params, host_opt = jax.device_get((self.params, self.opt_state))
-      return [(learner.tree_index(host_params, i), learner.tree_index(host_opt, i))
-              for i in range(jax.tree_util.tree_leaves(host_params)[0].shape[0])]
-    host_params = jax.device_get(self.params)
-    return [learner.tree_index(host_params, i)
-            for i in range(jax.tree_util.tree_leaves(host_params)[0].shape[0])]
+  def slices(self, with_opt: bool):
+    """Each seed's slice, fetched once: (params, opt_state or None)."""
+    host_params, host_opt = jax.device_get((self.params, self.opt_state if with_opt else None))
+    k = jax.tree_util.tree_leaves(host_params)[0].shape[0]
+    return [(learner.tree_index(host_params, i),
+             learner.tree_index(host_opt, i) if with_opt else None) for i in range(k)]
 
 
 def _train_group(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
@@ -580,14 +578,14 @@ def _train_group(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
       if not active:
         break
       stepper.keep(keep)
-    if job.eval_due(step) or job.checkpoint_due(step):
-      if job.eval_due(step):
-        for run, params in zip(active, stepper.params_of()):
+    eval_due, checkpoint_due = job.eval_due(step), job.checkpoint_due(step)
+    if eval_due or checkpoint_due:
+      for run, (params, opt_state) in zip(active, stepper.slices(with_opt=checkpoint_due)):
+        if eval_due:
           run.report(run.evaluate(params, step))
-      if job.checkpoint_due(step):
-        for run, (params, opt_state) in zip(active, stepper.params_of(with_opt=True)):
+        if checkpoint_due:
           run.save_checkpoint(params, opt_state)
   if active:
-    for run, (params, opt_state) in zip(active, stepper.params_of(with_opt=True)):
+    for run, (params, opt_state) in zip(active, stepper.slices(with_opt=True)):
       results[run.seed] = run.end(params, opt_state)
   return results
