@@ -5,8 +5,6 @@ batches, our baseline (history='full', the fast net) and dm-clrs 2.0.3's
 import tempfile
 
 import clrs
-from clrs._src import encoders
-from clrs._src import probing
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +13,8 @@ import pytest
 from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
+
+import float64
 
 HIDDEN = 16
 NB_TRIPLET_FTS = 4
@@ -53,31 +53,11 @@ COVERS = {
 
 
 @pytest.fixture
-def float64_same_noise(monkeypatch, same_gumbel_noise):  # pylint: disable=unused-argument,redefined-outer-name
-  """float64, the same Gumbel noise on both sides, and no float32 cast inside.
-
-  Noise: conftest's `same_gumbel_noise` (one fixed key for every noisy
-  decoders.log_sinkhorn, so the noisy training path is still compared).
-
-  Cast: dm-clrs's encoders.preprocess casts each non-pointer feature to
-  float32 before encoding it, a no-op in float32 training.  In float64 it
-  puts float32 roundings inside the net (on the soft hints fed back), where
-  our fast net rounds differently grouped sums, so differences of float32
-  size would hide float64 round-off.  Here the cast is to float64 (patched
-  on dm-clrs's module function, which both nets call).
-  """
-  preprocess = encoders.preprocess
-
-  def preprocess_float64(dp, nb_nodes):
-    out = preprocess(dp, nb_nodes)
-    # Pointers are one-hot encoded (exact in any dtype); the rest is dp.data.
-    values = out.data if dp.type_ == clrs.Type.POINTER else dp.data
-    return probing.DataPoint(name=out.name, location=out.location,
-                             type_=out.type_,
-                             data=jnp.asarray(values, jnp.float64))
-
-  monkeypatch.setattr(encoders, "preprocess", preprocess_float64)
-  with jax.enable_x64(True):
+def float64_same_noise(same_gumbel_noise):  # pylint: disable=unused-argument,redefined-outer-name
+  """float64 with no float32 cast inside (tests/float64.py), and the same Gumbel
+  noise on both sides (conftest's `same_gumbel_noise`: one fixed key for every
+  noisy decoders.log_sinkhorn, so the noisy training path is still compared)."""
+  with float64.float64_nets():
     yield
 
 
