@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 
+import gin
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -37,8 +38,11 @@ import flat
 
 # gin logs through absl on its first parse, and absl keeps the stream it first
 # wrote to: parse once here, not under `capsys` (whose stream is closed after
-# the test, which then breaks pytest's own capture).
+# the test, which then breaks pytest's own capture).  Cleared at once: a binding left
+# from here (base.gin's NetConfig.processor) would reach the first test run in this
+# process, whichever file it is in (a module fixture's tiny runs of test_multitask).
 config.parse_gin(["gin/baseline.gin"])
+gin.clear_config()
 
 SMOKE = ["--gin", "gin/baseline.gin", "--gin", "gin/smoke.gin",
          "--gin_param", "ALGORITHMS=['bfs']", "--gin_param", "SEEDS=[0]"]
