@@ -13,6 +13,7 @@ import dataclasses
 import json
 
 from nar_markov.config import clrs30  # no jax
+from nar_markov.config import components  # no jax
 from nar_markov.config import netconfig  # no jax
 from nar_markov.config import runspec  # no jax
 
@@ -33,7 +34,7 @@ _NOT_PROTOCOL = frozenset(
 
 def _defaults():
   out = {}
-  for cls in (runspec.Protocol, netconfig.NetConfig):
+  for cls in (components.Protocol, netconfig.NetConfig):
     for f in dataclasses.fields(cls):
       if f.name not in MODEL_SETTINGS and f.name not in _NOT_PROTOCOL:
         out[f.name] = f.default

@@ -209,12 +209,12 @@ def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
 
 def settings_from_gin() -> Dict[str, Any]:
   """The settings `estimate_run` and the calibration estimate read, from the
-  components of the gin config parsed last (nar_markov.config.runspec.configured)."""
+  components of the gin config parsed last (nar_markov.config.components.resolve)."""
   from launch import cluster  # pylint: disable=g-import-not-at-top  (no jax)
   from launch import sweep_spec  # pylint: disable=g-import-not-at-top  (no jax)
-  from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top  (no jax)
-  c = runspec.configured()
-  protocol, net = c["protocol"], c["net"]
+  from nar_markov.config import components  # pylint: disable=g-import-not-at-top  (no jax)
+  exp = components.resolve()
+  protocol, net = exp.protocol, exp.net
   out = {n: getattr(protocol, n) for n in (
       "train_steps", "batch_size", "train_lengths", "eval_every_steps",
       "val_max_samples", "test_max_samples", "schedule_steps", "test_every_steps")}

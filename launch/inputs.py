@@ -143,7 +143,7 @@ def check_files(gin_files: Sequence[str]) -> None:
 
 def check_used(gin_params: Sequence[str], unused: Mapping[str, str]) -> None:
   """ValueError for a binding of `gin_params` on a component or parameter in `unused`
-  (runspec.unused_components: 'GatePenalty', 'NetConfig.gate_bias_init', ... -> why the
+  (components.unused_components: 'GatePenalty', 'NetConfig.gate_bias_init', ... -> why the
   model does not use it): gin would take it and the sweep train without it."""
   for (_, selector, arg), param in bound_keys(gin_params):
     why = unused.get(f"{selector}.{arg}", unused.get(selector))

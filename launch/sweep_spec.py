@@ -23,6 +23,7 @@ import submitit
 
 from launch import cluster
 from nar_markov.config import clrs30
+from nar_markov.config import components
 from nar_markov.config import gin_files as config_lib
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import runspec
@@ -69,6 +70,10 @@ class Run:
   # SEEDS_PER_JOB (gin macro): K > 1 trains up to K seeds of one (model,
   # algorithm) in one job (run_experiment's K-seed mode); the runs stay per seed.
   seeds_per_job: int = 1
+  # What expand_runs resolved (components.resolve): the definitions and the calibration plan
+  # read it, not gin again.  Not sent to jobs (they parse their gin files).
+  resolved: Optional[components.Experiment] = dataclasses.field(default=None, compare=False,
+                                                             repr=False)
 
   @property
   def name(self) -> str:
@@ -246,35 +251,31 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
     config_lib.parse_gin(list(gin_files), list(gin_params))
   except ValueError as e:
     raise ValueError(" ".join(str(e).split())) from None  # gin's messages span lines
-  try:
-    config_lib.bound_value("run_experiment.model")
-  except ValueError as e:
-    raise ValueError("the model's label is not set in the gin files "
-                     f"(run_experiment.model): {e}") from None
   files = tuple(config_lib.resolve_gin_file(f) for f in gin_files)
   axes = _axes()
-  components = runspec.configured()
-  model = runspec.check_label(components["model"], components["net"],
-                              components["penalty"])
-  inputs.check_used(gin_params, runspec.unused_components(model, components["net"],
-                                                         components["penalty"]))
-  if components["penalty"] is not None and not model.endswith(runspec.MULTITASK_SUFFIX):
+  try:
+    exp = components.resolve()
+  except TypeError as e:  # a component bound to something else than its configurable
+    raise ValueError(str(e)) from None
+  model = exp.model
+  inputs.check_used(gin_params, components.unused_components(model, exp.net, exp.penalty))
+  if exp.penalty is not None and not exp.multitask:
     lambda_heuristic.LambdaHeuristic()  # its bindings checked here, not in N jobs
   multitask = axes["multitask"]
-  if multitask != model.endswith(runspec.MULTITASK_SUFFIX):
+  if multitask != model.endswith(components.MULTITASK_SUFFIX):
     raise ValueError(
         f"MULTITASK = {multitask} but run_experiment.model = {model!r}: a multi-task "
-        f"sweep (gin/multitask.gin) trains a '*{runspec.MULTITASK_SUFFIX}' label, a "
+        f"sweep (gin/multitask.gin) trains a '*{components.MULTITASK_SUFFIX}' label, a "
         "single-task sweep any other")
   algorithms = axes["algorithms"]
   # The components and a lambda bound by hand: refused here rather than in N jobs.  A
   # lambda from calibration records is `calibration_plan`'s.
-  if multitask or not runspec.needs_calibration(components["penalty"]):
+  if multitask or not runspec.needs_calibration(exp.penalty):
     for a in algorithms:
-      runspec.run_definition_from_gin(a, results_dir,
-                                      algorithms=algorithms if multitask else None)
+      runspec.definition_of(a, exp, results_dir,
+                            algorithms=algorithms if multitask else None)
   cluster.SlurmResources()  # validates the Slurm section's values
-  common = dict(model=model, gin_files=files, gin_params=tuple(gin_params),
+  common = dict(model=model, resolved=exp, gin_files=files, gin_params=tuple(gin_params),
                 results_dir=str(pathlib.Path(results_dir).expanduser().resolve()))
   if multitask:  # one job per seed: runs seed by seed
     return [Run(algorithm=a, seed=int(s), multitask=True, job_algorithms=tuple(algorithms),
@@ -286,15 +287,16 @@ def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
 def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Optional[dict]]:
   """Run key -> what its result must have been made with (nar_markov.store.runs.check_result).
 
-  Single-task runs: `runspec.run_definition_from_gin` (settings, model, lambda;
+  Single-task runs: `runspec.definition_of` (settings, model, lambda;
   lambda left out where its calibration record does not exist yet) plus the
   seed; multi-task runs name the algorithms trained together.  Call
-  after `expand_runs` (gin parsed).
+  with `runs` from `expand_runs` (their `resolved` experiment).
   """
   if not runs:
     return {}
-  per_alg = {a: runspec.run_definition_from_gin(a, runs[0].results_dir,
-                                                algorithms=runs[0].job_algorithms or None)
+  exp = runs[0].resolved
+  per_alg = {a: runspec.definition_of(a, exp, runs[0].results_dir,
+                                      algorithms=runs[0].job_algorithms or None)
              for a in {r.algorithm for r in runs}}
   return {r.key: dict(per_alg[r.algorithm], seed=r.seed) for r in runs}
 
@@ -331,11 +333,12 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
   Empty unless the sweep is G-ForgetNet with lambda read from calibration
   records (lambda_gate None).  A problem is a record that is unreadable or was
   made with other settings: the sweep refuses to go on (nothing is
-  overwritten).  Call after `expand_runs` (gin parsed).
+  overwritten).  `runs` from `expand_runs` (their `resolved` experiment).
   """
   if not runs or runs[0].multitask:
     return [], {}, []
-  if not runspec.needs_calibration(runspec.configured()["penalty"]):
+  exp = runs[0].resolved
+  if not runspec.needs_calibration(exp.penalty):
     return [], {}, []
   heuristic = lambda_heuristic.LambdaHeuristic()
   todo, have, problems = [], {}, []
@@ -344,7 +347,7 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
     if run.algorithm in seen:
       continue
     seen.add(run.algorithm)
-    settings = runspec.record_settings(runspec.run_settings_from_gin(run.algorithm))
+    settings = runspec.record_settings(runspec.settings_of(run.algorithm, exp))
     scope = settings.get("history_scope")
     path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm,
                                         scope)

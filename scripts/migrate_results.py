@@ -5,7 +5,7 @@ Owns these rewrites of a run folder, each idempotent:
 * ``config.gin``: the old flat bindings (``run_experiment.batch_size``, ...,
   ``run_experiment.lambda_gate``) become today's (``Protocol.*``, ``NetConfig.*``,
   ``GatePenalty.lambda_gate``); the net's history and the gate penalty, which the model
-  label implied then (runspec.PAPER_LABELS), are bound; the modules gin/base.gin
+  label implied then (components.PAPER_LABELS), are bound; the modules gin/base.gin
   imports are imported.  A λ calibration run (label ``calibrate``) was written with the
   sweep's gin, over which nar_markov/training/calibrate.py gave its own label, length and λ:
   those are appended from its result.json, as today's runs write them
@@ -47,9 +47,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 if __package__ in (None, ""):  # run by path: the repository root first, as benchmarks/ do
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from nar_markov.config import components
 from nar_markov.config import gin_files
 from nar_markov.config import lambda_heuristic
-from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
 from nar_markov.store import runs
 from nar_markov.tools import replay
@@ -74,7 +74,7 @@ PATH_KEYS = ("record", "continued_from")
 def flat_target(name: str) -> Optional[str]:
   """Today's configurable of an old flat `run_experiment.<name>` binding, or None for a
   parameter run_experiment still has."""
-  for cls in (runspec.Protocol, NetConfig):
+  for cls in (components.Protocol, NetConfig):
     if name in {f.name for f in dataclasses.fields(cls)}:
       return cls.__name__
   return "GatePenalty" if name == "lambda_gate" else None
@@ -90,11 +90,11 @@ def migrate_flat(text: str) -> str:
   if not is_flat(text):
     return text
   model = _MODEL.search(text)
-  base = model and model.group(1).removesuffix(runspec.MULTITASK_SUFFIX)
-  if base not in runspec.PAPER_LABELS:
+  base = model and model.group(1).removesuffix(components.MULTITASK_SUFFIX)
+  if base not in components.PAPER_LABELS:
     raise ValueError(f"model label {base!r}: not one of the paper's, whose history and "
                      "penalty the label implied")
-  history, has_penalty = runspec.PAPER_LABELS[base]
+  history, has_penalty = components.PAPER_LABELS[base]
   lam = re.search(r"^run_experiment\.lambda_gate\s*=\s*(.*?)\s*$", text, re.M)
   if not has_penalty and lam and lam.group(1) != "None":
     raise ValueError(f"a {base!r} run binds a lambda: not a config.gin this migrates")

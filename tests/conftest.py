@@ -23,7 +23,7 @@ threads.pin_xla_threads()
 import submitit  # noqa: F401  pylint: disable=unused-import
 
 from nar_markov import quiet
-from nar_markov.config import runspec
+from nar_markov.config import components
 
 import flat
 
@@ -329,7 +329,7 @@ def write_result():
     d.mkdir(parents=True, exist_ok=True)
     base = model[:-len("_multitask")] if model.endswith("_multitask") else model
     result = {"schema": "nar_markov.result/1", "model": model, "algorithm": algorithm,
-              "history": runspec.PAPER_LABELS.get(base, ("full",))[0],
+              "history": components.PAPER_LABELS.get(base, ("full",))[0],
               "seed": seed, "status": "done", "steps": 20, "train_steps": 20,
               "diverged_step": None, "test_score": 0.5, "lambda_gate": 0.0,
               "lambda_reading": None, "penalty_start_step": 0}

@@ -5,12 +5,13 @@ import contextlib
 import dataclasses
 from typing import Any, Dict, List
 
+from nar_markov.config import components as components_lib
 from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
 from nar_markov.training import experiment
 
 NET_FIELDS = {f.name for f in dataclasses.fields(NetConfig)}
-PROTOCOL_FIELDS = {f.name for f in dataclasses.fields(runspec.Protocol)}
+PROTOCOL_FIELDS = {f.name for f in dataclasses.fields(components_lib.Protocol)}
 
 
 def components(**flat) -> Dict[str, Any]:
@@ -22,12 +23,12 @@ def components(**flat) -> Dict[str, Any]:
   protocol = {k: flat.pop(k) for k in list(flat) if k in PROTOCOL_FIELDS}
   model = flat.get("model", "")
   base = model[:-len("_multitask")] if model.endswith("_multitask") else model
-  history, has_penalty = runspec.PAPER_LABELS.get(base, ("full", "lambda_gate" in flat))
+  history, has_penalty = components_lib.PAPER_LABELS.get(base, ("full", "lambda_gate" in flat))
   net.setdefault("history", history)
   lam = flat.pop("lambda_gate", None)
   if "penalty" not in flat:
-    flat["penalty"] = runspec.GatePenalty(lam) if has_penalty else None
-  return dict(flat, net=NetConfig(**net), protocol=runspec.Protocol(**protocol))
+    flat["penalty"] = components_lib.GatePenalty(lam) if has_penalty else None
+  return dict(flat, net=NetConfig(**net), protocol=components_lib.Protocol(**protocol))
 
 
 def run(stop_after_steps=None, **flat):

@@ -9,8 +9,8 @@ import pytest
 from launch import cluster
 from launch import sweep
 from launch import sweep_spec
+from nar_markov.config import components
 from nar_markov.config import netconfig
-from nar_markov.config import runspec
 from nar_markov.probes import evaluate
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -179,4 +179,4 @@ def test_a_registered_policy_without_its_branch_is_an_error_not_the_gated_net(mo
 def test_a_name_outside_the_registry_is_refused_by_the_config():
   with pytest.raises(ValueError, match="history must be one of"):
     netconfig.NetConfig(history="gate")
-  assert runspec.PAPER_LABELS["gforget"][0] in netconfig.HISTORY_POLICIES
+  assert components.PAPER_LABELS["gforget"][0] in netconfig.HISTORY_POLICIES

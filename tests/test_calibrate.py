@@ -8,6 +8,7 @@ import gin
 import numpy as np
 import pytest
 
+from nar_markov.config import components
 from nar_markov.config import gin_files as config
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import runspec
@@ -179,7 +180,7 @@ def fake(monkeypatch):
   config.parse_gin([], [])
   fake = FakeTraining()
   monkeypatch.setattr(experiment, "run_experiment", fake)
-  monkeypatch.setattr(runspec, "run_settings_from_gin", lambda alg, **kw: dict(SETTINGS, algorithm=alg))
+  monkeypatch.setattr(runspec, "settings_of", lambda alg, exp: dict(SETTINGS, algorithm=alg))
   return fake
 
 
@@ -365,7 +366,7 @@ def test_gforget_and_gforget_adaptive_continue_from_one_schedule_calibration(tmp
     config.parse_gin([], ["LambdaHeuristic.seeds = [0]", *bindings])
     res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
                    **dict(kwargs, model=label, history="gated",
-                          penalty=runspec.GatePenalty(None)))
+                          penalty=components.GatePenalty(None)))
     assert res["lambda_calibration"]["continued_from"].endswith(runs.FINAL_STATE_NAME)
     assert res["settings"].get("adaptive_every_steps") == (4 if bindings else None)
     assert bool(res.get("lambda_updates")) == bool(bindings)

@@ -7,6 +7,7 @@ import gin
 import pytest
 
 from nar_markov.config import clrs30
+from nar_markov.config import components
 from nar_markov.config import gin_files as config
 from nar_markov.config import runspec
 from nar_markov.training import experiment
@@ -79,12 +80,12 @@ def test_every_overlay_applies_to_every_experiment_file(experiment_file, overlay
   assert bound, overlay
   config.parse_gin([f"gin/{experiment_file}", f"gin/{overlay}"], [])
   with_overlay = {(c, k): gin.query_parameter(f"{c}.{k}") for c, k in bound}
-  components = runspec.configured()
+  exp = components.resolve()
   for (c, k), value in with_overlay.items():
     if c == "Protocol":
-      assert getattr(components["protocol"], k) == value, (experiment_file, overlay, k)
+      assert getattr(exp.protocol, k) == value, (experiment_file, overlay, k)
     if c == "NetConfig":
-      assert getattr(components["net"], k) == value, (experiment_file, overlay, k)
+      assert getattr(exp.net, k) == value, (experiment_file, overlay, k)
   config.parse_gin(["gin/base.gin", f"gin/{overlay}"], [])  # the overlay's own values
   alone = {(c, k): gin.query_parameter(f"{c}.{k}") for c, k in bound}
   assert with_overlay == alone, (experiment_file, overlay)
@@ -104,14 +105,13 @@ def test_each_model_file_binds_its_history_and_penalty():
   assert set(expected) == set(EXPERIMENTS)
   for name, (label, history, penalty) in expected.items():
     config.parse_gin([f"gin/{name}"], [])
-    c = runspec.configured()
-    assert (c["model"], c["net"].history) == (label, history), name
+    c = components.resolve()  # checks the label against the history and penalty
+    assert (c.model, c.net.history) == (label, history), name
     if penalty is None:
-      assert c["penalty"] is None, name
+      assert c.penalty is None, name
     else:
-      assert c["penalty"] == runspec.GatePenalty(None) and runspec.needs_calibration(
-          c["penalty"]), name
-    runspec.check_label(c["model"], c["net"], c["penalty"])
+      assert c.penalty == components.GatePenalty(None) and runspec.needs_calibration(
+          c.penalty), name
 
 
 def test_includes_resolve_from_any_working_directory(tmp_path, monkeypatch):

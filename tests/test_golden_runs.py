@@ -22,8 +22,8 @@ import sys
 
 import pytest
 
+from nar_markov.config import components
 from nar_markov.config import gin_files as config
-from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
 from nar_markov.training import calibrate
 from nar_markov.training import devices
@@ -61,7 +61,7 @@ ADDED = {"selection"}
 # step does not.
 DEVICE_ADDED = {"xla_cpu_threads"}
 GOLDEN_XLA_CPU_THREADS = 2
-COMPONENT_FIELDS = {f.name for c in (runspec.Protocol, NetConfig, runspec.GatePenalty)
+COMPONENT_FIELDS = {f.name for c in (components.Protocol, NetConfig, components.GatePenalty)
                     for f in dataclasses.fields(c)}
 # A kind without its own set is held to the nearest set within this relative tolerance
 # (floats only: every count, step and string the same).  The sets of two kinds differ by

@@ -5,9 +5,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from nar_markov.config import components
 from nar_markov.config import lambda_heuristic
-from nar_markov.config import runspec
 from nar_markov.config.netconfig import NetConfig
+from nar_markov.config import runspec
 from nar_markov.store import runs
 
 import flat
@@ -29,7 +30,7 @@ def _cache(monkeypatch, data_cache_dir):
 def _gforget(tmp_path, **penalty):
   return flat.run(algorithm="bfs", seed=0, model="gforget_options",
                   results_dir=str(tmp_path), history="gated",
-                  penalty=runspec.GatePenalty(0.5, start_step=8, **penalty), **TINY)
+                  penalty=components.GatePenalty(0.5, start_step=8, **penalty), **TINY)
 
 
 def _lambda_per_step(result):
@@ -176,8 +177,8 @@ def _changed(value, field=None):
 # multi-task update rule.
 CHANGE_NO_NUMBER = {"checkpoint_every_steps", "test_every_steps", "multitask_update",
                     "xla_heap_mib"}
-_COMPONENTS = {"Protocol": runspec.Protocol, "NetConfig": NetConfig,
-               "GatePenalty": runspec.GatePenalty}
+_COMPONENTS = {"Protocol": components.Protocol, "NetConfig": NetConfig,
+               "GatePenalty": components.GatePenalty}
 
 
 def _definition(model, algorithms, protocol, net, penalty):
@@ -192,8 +193,8 @@ def test_a_change_of_every_field_is_seen_by_done_ness(owner, field):
   field of the three components is seen in it, single- and multi-task -- found from the
   components themselves, so a field added to one is covered -- except the fields that
   change no number."""
-  base = {"Protocol": runspec.Protocol(), "NetConfig": NetConfig(history="gated"),
-          "GatePenalty": runspec.GatePenalty(0.1)}
+  base = {"Protocol": components.Protocol(), "NetConfig": NetConfig(history="gated"),
+          "GatePenalty": components.GatePenalty(0.1)}
   default = getattr(base[owner], field)
   changed = dict(base, **{owner: dataclasses.replace(base[owner],
                                                    **{field: _changed(default, field)})})
@@ -213,8 +214,8 @@ def test_a_change_of_every_field_is_seen_by_done_ness(owner, field):
 def test_settings_of_a_default_run_are_what_results_always_recorded():
   """A run with every default has the settings results have recorded from the start,
   so results and checkpoints written before a setting existed stay valid."""
-  s = runspec.run_settings("bfs", runspec.Protocol(), NetConfig(),
-                           penalty=runspec.GatePenalty(0.1))
+  s = runspec.run_settings("bfs", components.Protocol(), NetConfig(),
+                           penalty=components.GatePenalty(0.1))
   assert sorted(s) == sorted(("algorithm",) + runspec.ALWAYS_RECORDED)
 
 
@@ -251,8 +252,8 @@ def test_records_and_lambda0_runs_are_kept_apart_per_scope(tmp_path):
 
 def test_bad_penalty_options_are_one_clear_error():
   with pytest.raises(ValueError, match="lambda_scale"):
-    runspec.GatePenalty(0.1, lambda_scale=0)
+    components.GatePenalty(0.1, lambda_scale=0)
   with pytest.raises(ValueError, match="ramp_steps"):
-    runspec.GatePenalty(0.1, ramp_steps=-1)
+    components.GatePenalty(0.1, ramp_steps=-1)
   with pytest.raises(ValueError, match="adaptive_every_steps"):
-    runspec.GatePenalty(0.1, adaptive_every_steps=0)
+    components.GatePenalty(0.1, adaptive_every_steps=0)

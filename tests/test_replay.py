@@ -16,8 +16,8 @@ from nar_markov.config import lambda_heuristic
 from nar_markov.training import calibrate
 from nar_markov.training import experiment
 from scripts import migrate_results
+from nar_markov.config import components
 from nar_markov.config import provenance
-from nar_markov.config import runspec
 from nar_markov.store import runs
 from nar_markov.tools import replay
 
@@ -175,14 +175,14 @@ def test_a_run_under_the_slurm_overlay_writes_a_config_gin_without_the_launcher(
   config.parse_gin(["gin/forget.gin", "gin/slurm_gpu.gin"])
   try:
     assert "import launch.cluster" in gin.config_str()
-    c = runspec.configured()
-    text = experiment.run_gin(c["model"], c["net"], c["protocol"], c["penalty"])
+    c = components.resolve()
+    text = experiment.run_gin(c)
   finally:
     gin.clear_config()
   assert "launch" not in text and "slurm_resources" not in text, text
   gin.parse_config(text)
   try:
-    assert runspec.configured() == c
+    assert components.resolve() == c
   finally:
     gin.clear_config()
 
@@ -203,10 +203,10 @@ def test_flat_bindings_become_todays():
   assert migrate_results.migrate_config(text, None) == text  # idempotent
   config.parse_gin([], [])
   gin.parse_config(text)
-  c = runspec.configured()
-  assert c["model"] == "gforget" and c["net"].history == "gated"
-  assert (c["net"].hidden_size, c["protocol"].batch_size, c["protocol"].train_steps) == (16, 8, 20)
-  assert c["penalty"] == runspec.GatePenalty(None)
+  c = components.resolve()
+  assert c.model == "gforget" and c.net.history == "gated"
+  assert (c.net.hidden_size, c.protocol.batch_size, c.protocol.train_steps) == (16, 8, 20)
+  assert c.penalty == components.GatePenalty(None)
   forget = migrate_results.migrate_config(OLD_GIN.replace("'gforget'", "'forget'"), None)
   assert "lambda_gate" not in forget and "@GatePenalty" not in forget
 
@@ -238,15 +238,15 @@ def test_recorded_paths_read_both_ways(tmp_path):
 def test_config_gin_keeps_components_the_caller_gave():
   """A calibration run's components are not its gin's: its config.gin says them too."""
   config.parse_gin(["gin/gforget.gin", "gin/smoke.gin"])
-  c = runspec.configured()
-  assert experiment.run_gin(c["model"], c["net"], c["protocol"], c["penalty"]) == gin.config_str()
-  protocol = dataclasses.replace(c["protocol"], train_steps=12, schedule_steps=20)
-  penalty = runspec.GatePenalty(0.0, start_step=0)
-  text = experiment.run_gin("calibrate", c["net"], protocol, penalty)
+  c = components.resolve()
+  assert experiment.run_gin(c) == gin.config_str()
+  protocol = dataclasses.replace(c.protocol, train_steps=12, schedule_steps=20)
+  penalty = components.GatePenalty(0.0, start_step=0)
+  own = components.Experiment(model="calibrate", net=c.net, protocol=protocol, penalty=penalty)
+  text = experiment.run_gin(own)
   gin.clear_config()
   gin.parse_config(text)
-  assert runspec.configured() == dict(model="calibrate", net=c["net"], protocol=protocol,
-                                      penalty=penalty)
+  assert components.resolve() == own
 
 
 def test_provenance_outside_git_is_none(tmp_path, monkeypatch):
@@ -313,8 +313,8 @@ def test_a_gforget_run_that_reads_a_calibration_record_replays(tmp_path, monkeyp
   and scores the same; another record already at that place is refused, nothing trained."""
   monkeypatch.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
   config.parse_gin(GFORGET, TINY_GATED)
-  c = runspec.configured()
-  calibrate.calibrate_algorithm("bfs", tmp_path / "a", net=c["net"], protocol=c["protocol"])
+  c = components.resolve()
+  calibrate.calibrate_algorithm("bfs", tmp_path / "a", net=c.net, protocol=c.protocol)
   gin.clear_config()
   (path,) = experiment.run_from_gin(GFORGET, TINY_GATED, algorithms=["bfs"], seeds=[0],
                                     results_dir=str(tmp_path / "a"))

@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from nar_markov.config import components
 from nar_markov.config import runspec
 from nar_markov.nets import model as model_lib
 from nar_markov.store import runs
@@ -40,7 +41,7 @@ def test_tiny_run_improves_validation(tmp_path, model):
   assert 0.0 <= result["test_score"] <= 1.0
   on_disk = json.loads((tmp_path / model / "bfs" / "seed0" / "result.json").read_text())
   assert on_disk["schema"] == runs.RESULT_SCHEMA
-  assert on_disk["history"] == runspec.PAPER_LABELS[model][0]
+  assert on_disk["history"] == components.PAPER_LABELS[model][0]
   assert (tmp_path / model / "bfs" / "seed0" / "config.gin").exists()
   assert not (tmp_path / model / "bfs" / "seed0" / "checkpoint.npz").exists()
   curves = on_disk["curves"]
@@ -114,15 +115,15 @@ def test_the_checkpoint_cadence_must_be_a_multiple_of_the_log_cadence():
   would cut the train curve's windows (and an adaptive lambda measured on them) where
   a run checkpointed at another cadence does not."""
   with pytest.raises(ValueError, match="multiple of log_every_steps"):
-    runspec.Protocol(log_every_steps=5, checkpoint_every_steps=3)
-  assert runspec.Protocol(log_every_steps=5, checkpoint_every_steps=15)
+    components.Protocol(log_every_steps=5, checkpoint_every_steps=3)
+  assert components.Protocol(log_every_steps=5, checkpoint_every_steps=15)
 
 
 def test_test_every_steps_must_be_a_multiple_of_eval_every_steps():
   with pytest.raises(ValueError, match="multiple of eval_every_steps"):
-    runspec.Protocol(eval_every_steps=50, test_every_steps=75)
+    components.Protocol(eval_every_steps=50, test_every_steps=75)
   with pytest.raises(ValueError, match="multiple of eval_every_steps"):
-    runspec.Protocol(test_every_steps=0)
+    components.Protocol(test_every_steps=0)
 
 
 def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
@@ -161,7 +162,7 @@ def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
 
 def test_lambda_resolution():
   settings = {"schedule_steps": 1000}
-  penalty = runspec.GatePenalty
+  penalty = components.GatePenalty
   lam, start, info = runspec.resolve_lambda(penalty({"bfs": 0.5}), "bfs", settings=settings)
   assert (lam, start, info["source"], info["reading"]) == (0.5, 600, "gin table", "schedule")
   lam, start, info = runspec.resolve_lambda(penalty(0.5), "bfs", settings=settings)

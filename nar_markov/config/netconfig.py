@@ -9,7 +9,7 @@ import gin
 # What the processor receives as history at step t (paper Eq. 2, 3, 4).  A new policy is
 # its name here plus its branch in nar_markov/nets/model.py Net._history (which refuses a
 # name without one), its gin model file and, if it is one of the paper's labels,
-# runspec.PAPER_LABELS.
+# components.PAPER_LABELS.
 HISTORY_POLICIES = ("full", "none", "gated")
 # Which consumers of h(t-1) the history policy applies to; the others see the raw
 # h(t-1), as dm-clrs feeds it.  dm-clrs's net reads h(t-1) in three places: the

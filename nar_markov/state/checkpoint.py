@@ -133,7 +133,7 @@ def check_resume(state: Mapping[str, Any], path: pathlib.Path,
                        "checkpoint is kept: use another results_dir or move it aside")
     return
   # Checkpoints written before the history policy was part of the definition: their
-  # label pinned it (runspec.check_label).
+  # label pinned it (components.check_label).
   recorded = [dict(r, history=r.get("history", e["history"])) for r, e in zip(recorded, expected)]
   diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
   if diffs:

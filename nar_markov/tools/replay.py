@@ -53,8 +53,8 @@ class Plan:
 
   @property
   def multitask(self) -> bool:
-    from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top
-    return self.model.endswith(runspec.MULTITASK_SUFFIX)
+    from nar_markov.config import components  # pylint: disable=g-import-not-at-top
+    return self.model.endswith(components.MULTITASK_SUFFIX)
 
   def target(self, results_dir) -> pathlib.Path:
     return runs.run_dir(results_dir, self.model, self.result["algorithm"], self.result["seed"])
@@ -86,7 +86,8 @@ def read_folder(folder) -> Dict[str, Any]:
 def check_folder(folder) -> Plan:
   """The replay plan of `folder`, after checking that its config.gin, parsed alone with
   today's code, gives the run its result.json records (runs.check_result with
-  runspec.run_definition_from_gin: done or diverged).  ReplayError otherwise."""
+  components.resolve and runspec.definition_of: done or diverged).  ReplayError otherwise."""
+  from nar_markov.config import components  # pylint: disable=g-import-not-at-top
   from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top
   from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top
   folder = pathlib.Path(folder).absolute()
@@ -95,8 +96,9 @@ def check_folder(folder) -> Plan:
   try:
     config_lib.parse_gin([str((folder / runs.CONFIG_NAME).resolve())])
     algorithms = result.get("multitask_algorithms") or [result["algorithm"]]
-    definition = runspec.run_definition_from_gin(result["algorithm"], root, algorithms)
-    penalty = runspec.configured()["penalty"]
+    exp = components.resolve()
+    definition = runspec.definition_of(result["algorithm"], exp, root, algorithms)
+    penalty = exp.penalty
   except ValueError as e:
     raise ReplayError(f"{folder / runs.CONFIG_NAME} does not parse with this code: "
                       + str(e).splitlines()[0]) from e

@@ -25,6 +25,7 @@ import sys
 from typing import Any, Dict, Optional, Sequence
 
 from nar_markov import quiet
+from nar_markov.config import components
 from nar_markov.config import runspec
 from nar_markov.store import runs
 from nar_markov.training import experiment
@@ -52,12 +53,14 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   """
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
-  components = runspec.configured(**{k: v for k, v in (("net", net), ("protocol", protocol))
-                                      if v is not None})
-  net = dataclasses.replace(components["net"], history="gated")
-  protocol = components["protocol"]
-  settings = runspec.record_settings(
-      runspec.run_settings_from_gin(algorithm, net=net, protocol=protocol))
+  c = components.unchecked(**{k: v for k, v in (("net", net), ("protocol", protocol))
+                             if v is not None})
+  net = dataclasses.replace(c["net"], history="gated")
+  protocol = c["protocol"]
+  # The λ = 0 runs' own components (their penalty's strength is not in the record).
+  settings = runspec.record_settings(runspec.settings_of(algorithm, components.Experiment(
+      model="calibrate", net=net, protocol=protocol,
+      penalty=components.GatePenalty(0.0, start_step=0))))
   schedule_steps = settings["schedule_steps"]
   path = record_path(results_dir, h.reading, algorithm, net.history_scope)
   existing = read_record(path)
@@ -101,7 +104,7 @@ class _Calibration:
     """The record's entry for `seed`: its λ = 0 run, and under 'constant' its search."""
     base_dir = lambda0_results_dir(self.results_dir, self.scope)
     base = experiment.run_experiment(seed=seed, results_dir=str(base_dir),
-                                     penalty=runspec.GatePenalty(0.0, start_step=0),
+                                     penalty=components.GatePenalty(0.0, start_step=0),
                                      save_final_state=True, **self.common)
     m0 = measure(base, self.step, self.window)
     if not m0["G"] > 0:
@@ -132,7 +135,7 @@ class _Calibration:
     trial_dir = trial_results_dir(self.results_dir, self.algorithm, seed, i, self.scope)
     # One λ from step 0, as the record says of its trials, whatever ramp,
     # adaptation or multiplier the sweep's gin binds for the runs that read it.
-    trial_penalty = runspec.GatePenalty(lam, start_step=0, lambda_scale=1.0,
+    trial_penalty = components.GatePenalty(lam, start_step=0, lambda_scale=1.0,
                                         ramp_steps=0, adaptive_every_steps=None)
     res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
                                     penalty=trial_penalty, save_final_state=True, **self.common)

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 import optax
 
+from nar_markov.config import components
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import provenance
 from nar_markov.config import runspec
@@ -175,7 +176,7 @@ class _Job:
   multitask: bool                     # a *_multitask label (result fields)
   save_final_state: bool
   learner: learner.Learner
-  protocol: runspec.Protocol          # the run's protocol, as resolved (gin)
+  protocol: components.Protocol       # the run's protocol, as resolved (gin)
   gin_str: str
   summed_step: Any = None             # multitask_update='summed' with >1 algorithm
 
