@@ -99,6 +99,7 @@ import numpy as np
 from benchmarks import common
 from nar_markov import quiet
 from nar_markov.config import clrs30
+from nar_markov.config import netconfig
 from nar_markov.data import batching
 from nar_markov.data import preprocessing
 from nar_markov.data import splits
@@ -183,7 +184,7 @@ def ours_batch(algorithm: str, feedback: clrs.Feedback) -> clrs.Feedback:
 
 def ours_model(algorithm: str, nb_dims, hidden: int) -> learner.Learner:
   """Our baseline's model, as run_experiment builds it."""
-  config = model_lib.NetConfig(hidden_size=int(hidden), history="full",
+  config = netconfig.NetConfig(hidden_size=int(hidden), history="full",
                                processor=PROCESSOR, use_ln=True,
                                nb_triplet_fts=NB_TRIPLET_FTS,
                                nb_msg_passing_steps=1,
@@ -910,7 +911,7 @@ def run_bench(algorithms: Sequence[str], *, steps: int = 30, hidden: int = 128,
           "persistent_compilation_cache": False,
           # Ours' compiled steps keep their scratch in heaps (NetConfig.xla_heap_mib);
           # dm-clrs's are compiled as run.py compiles them.
-          "ours_compiler_options": learner.compiler_options(model_lib.NetConfig()),
+          "ours_compiler_options": learner.compiler_options(netconfig.NetConfig()),
           "command": list(argv) if argv is not None else None,
       },
       "algorithms": {},
@@ -1018,7 +1019,7 @@ def _parser() -> argparse.ArgumentParser:
                  help="largest dm-clrs edge-pointer decoder tensor in a test "
                       "batch; above it the batch is timed smaller and scaled")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--processor", choices=model_lib.FAST_PROCESSORS, default=PROCESSOR,
+  p.add_argument("--processor", choices=netconfig.FAST_PROCESSORS, default=PROCESSOR,
                  help="the processor of both sides (default: run.py's %(default)s)")
   p.add_argument("--table", metavar="REPORT_JSON", default=None,
                  help="print the markdown table of a report already measured; "

@@ -53,6 +53,7 @@ import numpy as np
 from benchmarks import common
 from nar_markov import quiet
 from nar_markov.config import clrs30
+from nar_markov.config import netconfig
 from nar_markov.data import batching
 from nar_markov.data import train_stream
 from nar_markov.nets import learner
@@ -87,7 +88,7 @@ def run(algorithm: str = "bfs", k: int = 4, steps: int = 20, rounds: int = 2,
   batches = [[next(st) for _ in range(n_batches)] for st in streams]  # [seed][step]
   spec = streams[0].spec
   nb_dims = model_lib.nb_dims_of(batches[0][0])
-  config = model_lib.NetConfig(hidden_size=hidden, history=history, nb_triplet_fts=8)
+  config = netconfig.NetConfig(hidden_size=hidden, history=history, nb_triplet_fts=8)
   lam = np.float32(0.0)  # the penalty's cost is in the step either way
 
   def make_net():
@@ -233,7 +234,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--hidden", type=int, default=128)
   p.add_argument("--batch", type=int, default=32)
   p.add_argument("--lengths", type=common.int_list, default=list(clrs30.TRAIN_LENGTHS))
-  p.add_argument("--history", default="full", choices=model_lib.HISTORY_POLICIES,
+  p.add_argument("--history", default="full", choices=netconfig.HISTORY_POLICIES,
                  help="the net's history policy (baseline: full)")
   p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
   p.add_argument("--out", default=None, help="JSON report path")

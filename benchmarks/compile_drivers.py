@@ -52,6 +52,7 @@ import numpy as np
 from benchmarks import bench
 from benchmarks import common
 from nar_markov.config import clrs30
+from nar_markov.config import netconfig
 from nar_markov.data import batching
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -169,7 +170,7 @@ def step_of(variant: str, algorithm: str, feedback, spec, hidden: int, seed: int
     args = (model._device_params, jax.random.PRNGKey(seed), feedback,  # pylint: disable=protected-access
             model._device_opt_state, 0)  # pylint: disable=protected-access
     return model.jitted_feedback, args
-  config = model_lib.NetConfig(hidden_size=int(hidden), history="full",
+  config = netconfig.NetConfig(hidden_size=int(hidden), history="full",
                                nb_triplet_fts=bench.NB_TRIPLET_FTS,
                                **_OURS_CONFIG[variant])
   optimizer = learner.make_optimizer(bench.LEARNING_RATE, bench.PROTOCOL_TRAIN_STEPS,
@@ -253,7 +254,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "settings": {"nb_nodes": args.nb_nodes, "hidden": args.hidden,
                          "batch": args.batch, "variants": variants, "seed": args.seed,
                          "ours_compiler_options": learner.compiler_options(
-                             model_lib.NetConfig()),
+                             netconfig.NetConfig()),
                          "command": ["python", "benchmarks/compile_drivers.py"] + argv},
             "algorithms": {}}
   for algorithm in algorithms:

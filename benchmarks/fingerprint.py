@@ -33,6 +33,7 @@ import numpy as np
 
 from benchmarks import common
 from nar_markov.config import clrs30
+from nar_markov.config import netconfig
 from nar_markov.data import batching
 from nar_markov.data import train_stream
 from nar_markov.nets import learner
@@ -60,7 +61,7 @@ def fingerprint(algorithm: str, history: str, steps: int) -> Dict[str, Any]:
   lengths = (16,) if algorithm in clrs30.STRING_MATCHERS else (4, 7)
   stream = train_stream.TrainStream(algorithm, seed=0, batch_size=BATCH, lengths=lengths)
   batches = [next(stream) for _ in range(steps)]
-  config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=NB_TRIPLET_FTS,
+  config = netconfig.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=NB_TRIPLET_FTS,
                                history=history)
   net = learner.Learner([stream.spec], [model_lib.nb_dims_of(batches[0])], config,
                         learner.make_optimizer(1e-3, 100, 1.0), algorithms=[algorithm])

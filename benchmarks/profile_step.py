@@ -431,7 +431,7 @@ def stream_limit_gbps(elements: int, reps: int = 20) -> float:
 
 def message_mlp_products(batch: int, nb_nodes: int, hidden: int, steps: int) -> float:
   """FLOPs of the message MLP's products in one train step: two forward, four
-  backward (fastnet.message_mlp_max), each [B*N*N, H] x [H, H], per step."""
+  backward (vjps.message_mlp_max), each [B*N*N, H] x [H, H], per step."""
   return 6 * 2.0 * batch * nb_nodes**2 * hidden**2 * steps
 
 

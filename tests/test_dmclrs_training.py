@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from nar_markov.config import netconfig
 from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -91,7 +92,7 @@ def _largest_difference(ours, theirs):
 
 # run.py's processor (Triplet-GMPNN, with the update gate) and the paper's Eq. 2
 # (Triplet-MPNN, without it): both have a fast path.
-@pytest.mark.parametrize("processor", model_lib.FAST_PROCESSORS)
+@pytest.mark.parametrize("processor", netconfig.FAST_PROCESSORS)
 @pytest.mark.parametrize("algorithm", sorted(COVERS))
 def test_training_is_dm_clrs_training(algorithm, processor, float64_same_noise):
   if jax.local_device_count() != 1:
@@ -101,7 +102,7 @@ def test_training_is_dm_clrs_training(algorithm, processor, float64_same_noise):
   assert COVERS[algorithm] in [(loc, t) for _, loc, t in stream.spec.values()]
   batches = [next(stream) for _ in range(STEPS)]
 
-  config = model_lib.NetConfig(hidden_size=HIDDEN, history="full",
+  config = netconfig.NetConfig(hidden_size=HIDDEN, history="full",
                                processor=processor, nb_triplet_fts=NB_TRIPLET_FTS)
   assert config.fast  # the default impl is what trains the paper's runs
   ours = learner.Learner([stream.spec], [model_lib.nb_dims_of(batches[0])], config,

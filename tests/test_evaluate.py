@@ -89,6 +89,7 @@ def test_params_io_imports_no_jax():
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory, data_cache_dir):
   """A freshly initialised tiny G-ForgetNet on bfs, saved as a run folder would be."""
+  from nar_markov.config import netconfig
   from nar_markov.data import batching
   from nar_markov.data import preprocessing
   from nar_markov.data import splits
@@ -97,7 +98,7 @@ def saved_run(tmp_path_factory, data_cache_dir):
 
   val = splits.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir))
   nb_dims = model_lib.nb_dims_of(val)
-  config = model_lib.NetConfig(**TINY_NET)
+  config = netconfig.NetConfig(**TINY_NET)
   net = learner.Learner([preprocessing.get_spec(ALGORITHM)], [nb_dims], config,
                     learner.make_optimizer(1e-3, 10, 1.0))
   init_batch = next(iter(batching.eval_batches(val, 8)))[0]
@@ -182,6 +183,7 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
 
 def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_dir):
   """Saved with meta['algorithms'] (the algorithm_index order) and nb_dims per algorithm."""
+  from nar_markov.config import netconfig
   from nar_markov.data import batching
   from nar_markov.data import preprocessing
   from nar_markov.data import splits
@@ -192,7 +194,7 @@ def test_a_multitask_model_scores_the_algorithm_asked_for(tmp_path, data_cache_d
   algorithms = [ALGORITHM, "minimum"]
   vals = [splits.load_split(a, "val", cache_dir=str(data_cache_dir)) for a in algorithms]
   nb_dims = [model_lib.nb_dims_of(v) for v in vals]
-  config = model_lib.NetConfig(hidden_size=8, nb_triplet_fts=4, history="none")
+  config = netconfig.NetConfig(hidden_size=8, nb_triplet_fts=4, history="none")
   net = learner.Learner([preprocessing.get_spec(a) for a in algorithms], nb_dims, config,
                         learner.make_optimizer(1e-3, 10, 1.0))
   params, _ = net.init_state(
@@ -221,12 +223,13 @@ def test_hint_accuracy_per_step_is_the_pointer_argmax_match(saved_run, data_cach
   from nar_markov.data import batching
   from nar_markov.data import splits
   from nar_markov.probes import evaluate
+  from nar_markov.probes import measures
 
   run_dir, net, params = saved_run
   val = batching.take_samples(splits.load_split(ALGORITHM, "val", cache_dir=str(data_cache_dir)),
                               SAMPLES)
-  whole = evaluate.hint_accuracy(net, params, val, 0, SAMPLES)
-  batched = evaluate.hint_accuracy(net, params, val, 0, 3)
+  whole = measures.hint_accuracy(net, params, val, 0, SAMPLES)
+  batched = measures.hint_accuracy(net, params, val, 0, 3)
   assert set(whole) == {h.name for h in val.features.hints} == {"pi_h", "reach_h"}
   for name in whole:
     assert whole[name]["steps"] == batched[name]["steps"]
@@ -264,14 +267,14 @@ def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache
   """--update-gate intercepts dm-clrs's gate3 (the processor's last Linear): pushing its
   bias far down closes every u, far up opens every u; other Linears' biases would not."""
   from nar_markov.data import splits
-  from nar_markov.probes import evaluate
+  from nar_markov.probes import measures
 
   run_dir, net, params = saved_run
   test = splits.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
-  stats = evaluate.update_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
+  stats = measures.update_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
   assert stats["module"].endswith("mpnn_aggr_clrs_processor/linear_16")
   assert 0.0 < stats["mean"] < 1.0 and stats["calls"] > 1
-  shut, wide = _at_bias_extremes(evaluate.update_gate_stats, net, params, stats["module"], test)
+  shut, wide = _at_bias_extremes(measures.update_gate_stats, net, params, stats["module"], test)
   assert shut["mean"] < 1e-6 and shut["share_below_0.1"] == 1.0
   assert wide["mean"] > 1 - 1e-6 and wide["share_above_0.9"] == 1.0
 
@@ -284,10 +287,11 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   from nar_markov.data import batching
   from nar_markov.data import splits
   from nar_markov.probes import evaluate
+  from nar_markov.probes import measures
 
   run_dir, net, params = saved_run
   test = splits.load_split(ALGORITHM, "test", cache_dir=str(data_cache_dir))
-  stats = evaluate.history_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
+  stats = measures.history_gate_stats(net, params, test, 0, SAMPLES, max_samples=SAMPLES)
   batch = next(iter(batching.eval_batches(batching.at_most(test, SAMPLES)[0], SAMPLES)))[0]
   own = jax.jit(lambda p, f: net.apply(p, f, 0, True, collect_hints=False).history_norm)(
       params, batch.features)
@@ -300,7 +304,7 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   assert sum(c["share"] for c in stats["top_channels"][:2]) == pytest.approx(shares[1])
 
   last = next(m for m in params if "history_gate" in m and m.endswith("linear_1"))
-  shut, wide = _at_bias_extremes(evaluate.history_gate_stats, net, params, last, test)
+  shut, wide = _at_bias_extremes(measures.history_gate_stats, net, params, last, test)
   assert shut["gated_norm"] < 1e-6 and shut["share_below_0.1"] == 1.0
   assert wide["gate_norm"] == pytest.approx(1.0) and wide["share_above_0.9"] == 1.0
   assert wide["gated_norm"] == pytest.approx(wide["history_norm"], rel=1e-5)
@@ -310,7 +314,7 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   ungated = learner.Learner(net.specs, net.nb_dims,
                         dataclasses.replace(net.config, history="full"), net.optimizer)
   with pytest.raises(ValueError, match="history-gate is for the gated history"):
-    evaluate.history_gate_stats(ungated, params, test, 0, SAMPLES)
+    measures.history_gate_stats(ungated, params, test, 0, SAMPLES)
   baseline_dir = run_dir.parent / "baseline_seed5"
   _, config, meta = params_io.load_params(run_dir / "params.npz")
   params_io.save_params(baseline_dir / "params.npz", params, dict(config, history="full"), meta)

@@ -17,12 +17,13 @@ import pytest
 
 from nar_markov.config import clrs30
 
+from nar_markov.config import netconfig
 from nar_markov.data import batching
 from nar_markov.data import preprocessing
 from nar_markov.data import train_stream
-from nar_markov.nets import fastnet
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
+from nar_markov.nets import vjps
 
 import float64
 
@@ -77,7 +78,7 @@ def _models(spec, feedback, history="gated", processor="triplet_gmpnn",
             decoder_input="dmclrs"):
   out = {}
   for impl in ("reference", "fast"):
-    config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4,
+    config = netconfig.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4,
                                  history=history, processor=processor, impl=impl,
                                  decoder_input=decoder_input)
     out[impl] = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
@@ -150,7 +151,7 @@ def _float32_gradients_differ_at_a_tie(models, params, feedback, lambda_gate):
 # test_fastnet_other_processors.py, a file of its own so that pytest-xdist's
 # `--dist loadfile` can run the two halves on two workers.
 @pytest.mark.usefixtures("quick_compile")
-@pytest.mark.parametrize("processor", model_lib.FAST_PROCESSORS[:1])
+@pytest.mark.parametrize("processor", netconfig.FAST_PROCESSORS[:1])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_fast_equals_reference(algorithm, processor):
   check_fast_equals_reference(algorithm, processor)
@@ -293,15 +294,15 @@ def test_edge_pointer_logits_vjp_matches_autodiff():
                       jnp.expand_dims(jnp.expand_dims(pred_2, -3), -3))
     return jnp.squeeze(p_m @ w + b, -1)
 
-  _assert_vjp_is_autodiff(fastnet.edge_pointer_logits, naive, (pred, pred_2, w, b), g)
+  _assert_vjp_is_autodiff(vjps.edge_pointer_logits, naive, (pred, pred_2, w, b), g)
 
 
 def test_fast_exists_for_the_triplet_mpnn_processors_only():
   with pytest.raises(ValueError, match="impl='fast' exists for"):
-    model_lib.NetConfig(processor="mpnn", impl="fast")
-  assert not model_lib.NetConfig(processor="mpnn").fast
-  assert model_lib.NetConfig().fast
-  assert model_lib.NetConfig(processor="triplet_mpnn").fast
+    netconfig.NetConfig(processor="mpnn", impl="fast")
+  assert not netconfig.NetConfig(processor="mpnn").fast
+  assert netconfig.NetConfig().fast
+  assert netconfig.NetConfig(processor="triplet_mpnn").fast
 
 
 def test_node_pointer_logits_vjp_matches_autodiff():
@@ -318,7 +319,7 @@ def test_node_pointer_logits_vjp_matches_autodiff():
     p_m = jnp.maximum(jnp.expand_dims(p_1, -2), jnp.transpose(p_e, (0, 2, 1, 3)))
     return jnp.squeeze(p_m @ w + b, -1)
 
-  _assert_vjp_is_autodiff(fastnet.node_pointer_logits, naive, (p_1, p_e, w, b), g)
+  _assert_vjp_is_autodiff(vjps.node_pointer_logits, naive, (p_1, p_e, w, b), g)
 
 
 def test_message_mlp_max_vjp_matches_autodiff():
@@ -339,9 +340,9 @@ def test_message_mlp_max_vjp_matches_autodiff():
     h1 = jax.nn.relu(jax.nn.relu(pre) @ w1 + b1)
     return jnp.max(h1 @ w2 + b2, axis=1)
 
-  out = fastnet.message_mlp_max(pre, w1, b1, w2, b2)
+  out = vjps.message_mlp_max(pre, w1, b1, w2, b2)
   hits = (naive(pre, w1, b1, w2, b2)[1, 3] ==
           (jax.nn.relu(jax.nn.relu(pre[1, 0, 3]) @ w1 + b1) @ w2 + b2))
   assert bool(jnp.any(hits)), "the tie must be at the max to be tested"
-  _assert_vjp_is_autodiff(fastnet.message_mlp_max, naive, (pre, w1, b1, w2, b2), g)
+  _assert_vjp_is_autodiff(vjps.message_mlp_max, naive, (pre, w1, b1, w2, b2), g)
   assert out.shape == (2, 4, 5)

@@ -8,13 +8,13 @@ import pytest
 
 from nar_markov.config import clrs30
 
-from nar_markov.nets import model as model_lib
+from nar_markov.config import netconfig
 
 import test_fastnet
 
 
 @pytest.mark.usefixtures("quick_compile")
-@pytest.mark.parametrize("processor", model_lib.FAST_PROCESSORS[1:])
+@pytest.mark.parametrize("processor", netconfig.FAST_PROCESSORS[1:])
 @pytest.mark.parametrize("algorithm", test_fastnet.ALGORITHMS)
 def test_fast_equals_reference(algorithm, processor):
   test_fastnet.check_fast_equals_reference(algorithm, processor)
@@ -31,4 +31,4 @@ def test_the_two_files_compare_every_fast_processor_on_every_algorithm():
                                         test_fast_equals_reference)]
   assert all(h["algorithm"] == tuple(clrs30.ALGORITHMS) for h in halves)
   processors = [p for h in halves for p in h["processor"]]
-  assert sorted(processors) == sorted(model_lib.FAST_PROCESSORS)
+  assert sorted(processors) == sorted(netconfig.FAST_PROCESSORS)

@@ -16,6 +16,7 @@ from clrs._src import encoders
 from clrs._src import nets
 from clrs._src import processors
 
+from nar_markov.config import netconfig
 from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -33,7 +34,7 @@ def batch():
 
 
 def _model(spec, feedback, history, scope, impl):
-  config = model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4, history=history,
+  config = netconfig.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4, history=history,
                                history_scope=scope, impl=impl)
   return learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
                      learner.make_optimizer(1e-3, 10, 1.0))
@@ -177,7 +178,7 @@ def test_processed_decoders_make_processor_and_processor_decoder_one_net(batch):
   scopes = ("processor", "processor_decoder")
   models = {s: learner.Learner(
       [spec], [model_lib.nb_dims_of(feedback)],
-      model_lib.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4, history="gated",
+      netconfig.NetConfig(hidden_size=HIDDEN, nb_triplet_fts=4, history="gated",
                           history_scope=s, impl="fast", decoder_input="processed"),
       learner.make_optimizer(1e-3, 10, 1.0)) for s in scopes}
   params = models[scopes[0]].init(jax.random.PRNGKey(0), [feedback.features])
@@ -190,4 +191,4 @@ def test_processed_decoders_make_processor_and_processor_decoder_one_net(batch):
 
 def test_unknown_scope_is_one_clear_error():
   with pytest.raises(ValueError, match="history_scope must be one of"):
-    model_lib.NetConfig(history_scope="decoder")
+    netconfig.NetConfig(history_scope="decoder")

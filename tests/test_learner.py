@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from nar_markov.config import netconfig
 from nar_markov.data import train_stream
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
@@ -11,11 +12,11 @@ from nar_markov.nets import model as model_lib
 
 def test_compiler_options_split_the_scratch_on_cpu_only():
   assert jax.default_backend() == "cpu"
-  assert learner.compiler_options(model_lib.NetConfig(xla_heap_mib=4)) == {
+  assert learner.compiler_options(netconfig.NetConfig(xla_heap_mib=4)) == {
       "xla_multiheap_size_constraint_per_heap": 4 * 2**20}
-  assert learner.compiler_options(model_lib.NetConfig(xla_heap_mib=0)) is None
+  assert learner.compiler_options(netconfig.NetConfig(xla_heap_mib=0)) is None
   with pytest.raises(ValueError, match="xla_heap_mib"):
-    model_lib.NetConfig(xla_heap_mib=-1)
+    netconfig.NetConfig(xla_heap_mib=-1)
 
 
 def test_scratch_in_heaps_gives_the_same_bits():
@@ -26,7 +27,7 @@ def test_scratch_in_heaps_gives_the_same_bits():
   feedback = next(stream)
   nets, outs = {}, {}
   for mib in (0, 1):
-    config = model_lib.NetConfig(hidden_size=16, nb_triplet_fts=4, xla_heap_mib=mib)
+    config = netconfig.NetConfig(hidden_size=16, nb_triplet_fts=4, xla_heap_mib=mib)
     nets[mib] = learner.Learner([stream.spec], [model_lib.nb_dims_of(feedback)], config,
                                 learner.make_optimizer(1e-3, 10, 1.0),
                                 algorithms=[algorithm])
@@ -55,7 +56,7 @@ def test_a_step_whose_scratch_fits_one_heap_stays_cacheable():
   feedback = next(stream)
   compiled = {}
   for mib in (1, 30):
-    config = model_lib.NetConfig(hidden_size=16, nb_triplet_fts=4, xla_heap_mib=mib)
+    config = netconfig.NetConfig(hidden_size=16, nb_triplet_fts=4, xla_heap_mib=mib)
     net = learner.Learner([stream.spec], [model_lib.nb_dims_of(feedback)], config,
                           learner.make_optimizer(1e-3, 10, 1.0), algorithms=[algorithm])
     params, opt_state = net.init_state(0, [feedback.features])

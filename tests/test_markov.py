@@ -9,6 +9,7 @@ import pytest
 
 from nar_markov.markov import rule
 from nar_markov.probes import evaluate
+from nar_markov.probes import measures
 from nar_markov.store import params_io
 from nar_markov.store import runs
 
@@ -25,13 +26,14 @@ def _cache(monkeypatch, data_cache_dir):
 
 
 def _net(history, cache_dir, hidden=8):
+  from nar_markov.config import netconfig
   from nar_markov.data import preprocessing
   from nar_markov.data import splits
   from nar_markov.nets import learner
   from nar_markov.nets import model as model_lib
 
   val = splits.load_split(ALGORITHM, "val", cache_dir=str(cache_dir))
-  config = model_lib.NetConfig(hidden_size=hidden, nb_triplet_fts=4, history=history)
+  config = netconfig.NetConfig(hidden_size=hidden, nb_triplet_fts=4, history=history)
   return learner.Learner([preprocessing.get_spec(ALGORITHM)], [model_lib.nb_dims_of(val)], config,
                          learner.make_optimizer(1e-3, 10, 1.0), algorithms=[ALGORITHM])
 
@@ -78,7 +80,7 @@ def _measure(net, params, cache_dir, split="test"):
   zeroed = evaluate.build_model([ALGORITHM], rule.zeroed_config(
       dataclasses.asdict(net.config)), cache_dir=str(cache_dir))
   feedback = splits.load_split(ALGORITHM, split, cache_dir=str(cache_dir))
-  return evaluate.markov_measure(net, zeroed, params, feedback, 0, SAMPLES, SAMPLES)
+  return measures.markov_measure(net, zeroed, params, feedback, 0, SAMPLES, SAMPLES)
 
 
 def test_the_rule_and_its_boundaries():
@@ -109,10 +111,10 @@ def test_zeroing_is_forgetnets_forward_pass_on_the_same_weights(data_cache_dir):
                               algorithms=net.algorithms)
     no_gate = {m: p for m, p in params.items() if "history_gate" not in m}
     assert (len(no_gate) < len(params)) == (history == "gated")
-    expected, truth = evaluate.output_predictions(by_hand, no_gate, test, 0, SAMPLES, SAMPLES)
+    expected, truth = measures.output_predictions(by_hand, no_gate, test, 0, SAMPLES, SAMPLES)
     m = _measure(net, params, data_cache_dir)
-    assert m["score_history_zeroed"] == evaluate.score_predictions(expected, truth)["score"]
-    trained, _ = evaluate.output_predictions(net, params, test, 0, SAMPLES, SAMPLES)
+    assert m["score_history_zeroed"] == measures.score_predictions(expected, truth)["score"]
+    trained, _ = measures.output_predictions(net, params, test, 0, SAMPLES, SAMPLES)
     assert m["score"] == learner.evaluate_split(net, params, test, 0, SAMPLES, False,
                                                 SAMPLES)["score"]
     changed = np.mean(trained["pi"].data != expected["pi"].data)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from nar_markov.config import netconfig
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
 
@@ -22,7 +23,7 @@ def bfs_batch():
 
 
 def _model(spec, feedback, history, gate_bias_init=0.0, impl="auto", **net):
-  config = model_lib.NetConfig(hidden_size=HIDDEN, history=history,
+  config = netconfig.NetConfig(hidden_size=HIDDEN, history=history,
                                nb_triplet_fts=4, gate_bias_init=gate_bias_init,
                                impl=impl, **net)
   m = learner.Learner([spec], [model_lib.nb_dims_of(feedback)], config,
@@ -166,12 +167,12 @@ def test_processed_decoders_read_h_t_alone(bfs_batch, impl):
 
 def test_bad_config_is_one_clear_error():
   with pytest.raises(ValueError, match="history must be one of"):
-    model_lib.NetConfig(history="partial")
+    netconfig.NetConfig(history="partial")
   with pytest.raises(ValueError,
                      match=r"decoder_input must be one of \('dmclrs', 'processed'\)"):
-    model_lib.NetConfig(decoder_input="concat")
+    netconfig.NetConfig(decoder_input="concat")
   with pytest.raises(ValueError, match="hidden_size must be > 0"):
-    model_lib.NetConfig(hidden_size=0)
+    netconfig.NetConfig(hidden_size=0)
 
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])

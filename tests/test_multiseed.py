@@ -17,6 +17,7 @@ import pytest
 from launch import jobs as jobs_lib
 from launch import sweep
 from launch import sweep_spec
+from nar_markov.config import netconfig
 from nar_markov.data import batching
 from nar_markov.data import preprocessing
 from nar_markov.data import train_stream
@@ -226,7 +227,7 @@ def test_vmapped_step_equals_single_steps_on_time_padded_batches():
   stacked, max_length = learner.stack_batches([batches[0], batching.pad_time(batches[1], T + 3)])
   assert stacked.features.hints[0].data.shape[:2] == (2, T + 3)
   assert max_length == max(int(b.features.lengths.max()) for b in batches)
-  config = model_lib.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)
+  config = netconfig.NetConfig(hidden_size=8, history="full", nb_triplet_fts=4)
   optimizer = optax.sgd(1.0)
   net = learner.Learner([spec], [model_lib.nb_dims_of(batches[0])], config, optimizer)
   params = [net.init(jax.random.PRNGKey(s), [batches[0].features]) for s in (0, 1)]

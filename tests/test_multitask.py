@@ -14,6 +14,7 @@ import optax
 import pytest
 
 from nar_markov.config import gin_files as config_lib
+from nar_markov.config import netconfig
 from nar_markov.config import runspec
 from nar_markov.data import batching
 from nar_markov.data import preprocessing
@@ -139,7 +140,7 @@ def test_an_update_leaves_the_other_algorithms_modules_untouched():
   algorithms = ["minimum", "bfs"]
   streams = [train_stream.TrainStream(a, seed=0, batch_size=4, lengths=(4,)) for a in algorithms]
   batches = [next(s) for s in streams]
-  config = model_lib.NetConfig(hidden_size=8, history="none", nb_triplet_fts=4)
+  config = netconfig.NetConfig(hidden_size=8, history="none", nb_triplet_fts=4)
   net = learner.Learner([s.spec for s in streams], [model_lib.nb_dims_of(b) for b in batches],
                     config, learner.make_optimizer(1e-2, 10, 1.0))
   params, opt = net.init_state(0, [b.features for b in batches])

@@ -6,11 +6,11 @@ parameters under both) and computes the same function up to float round-off
 (tests/test_fastnet.py: losses, gradients and predictions against `Net` on all 30
 CLRS-30 algorithms, so on every CLRS feature type).  The work it removes -- low-rank
 edge features folded into the next matrix, inputs encoded and outputs decoded once,
-pointer decoders and the message MLP with hand-written VJPs, remat with chosen saves,
+pointer decoders and the message MLP with hand-written VJPs (`vjps`), remat with chosen saves,
 finished steps skipped, only what the output decoders read carried through the scan --
-is measured in docs/running.md; the named scopes (encode,
-process, decode, ...) are what benchmarks/profile_step.py attributes time by.  Only the
-Triplet-MPNN processors (dm-clrs's triplet_gmpnn and triplet_mpnn) have a fast path; `NetConfig(impl='reference')`
+is measured in docs/running.md; the named scopes (encode, process, decode, ...) are
+what benchmarks/profile_step.py attributes time by.  Only the Triplet-MPNN processors
+(dm-clrs's triplet_gmpnn and triplet_mpnn) have a fast path; `NetConfig(impl='reference')`
 runs dm-clrs's modules as they are.
 """
 
@@ -23,7 +23,6 @@ import chex
 import haiku as hk
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
 import numpy as np
 from clrs._src import decoders
 from clrs._src import encoders
@@ -33,6 +32,7 @@ from clrs._src import specs
 from nar_markov.config import clrs30
 from nar_markov.config.netconfig import FAST_PROCESSORS
 from nar_markov.nets import model as model_lib
+from nar_markov.nets import vjps
 
 _Stage = specs.Stage
 _Location = specs.Location
@@ -56,17 +56,6 @@ def linear_params(linear: hk.Linear, input_size: int
   return params[f"{linear.module_name}/w"], params[f"{linear.module_name}/b"]
 
 
-def on_rows(f, x: chex.Array) -> chex.Array:
-  """f (a Linear, a product) applied to x as a [rows, features] matrix.
-
-  Same value as f(x).  On a [B, N, N, D] input the weight gradient of a
-  product contracts three axes, a dot_general that XLA:CPU runs outside
-  YNNPACK, its fast matrix library; on the 2-D view it is one plain product.
-  """
-  y = f(x.reshape(-1, x.shape[-1]))
-  return y.reshape(x.shape[:-1] + y.shape[-1:])
-
-
 class EdgeFts(NamedTuple):
   """edge_fts = x @ w + b, without the [B, N, N, H] tensor."""
   x: Optional[chex.Array]   # [B, N, N, D]; None when no edge feature exists
@@ -82,7 +71,7 @@ class EdgeFts(NamedTuple):
     if self.x is None:
       return jnp.broadcast_to(bias, self.shape + bias.shape)
     m = self.w @ w2
-    return on_rows(lambda x: jnp.dot(x, m), self.x) + bias
+    return vjps.on_rows(lambda x: jnp.dot(x, m), self.x) + bias
 
 
 def _edge_terms(encs, dp) -> List[Tuple[chex.Array, chex.Array, chex.Array]]:
@@ -160,8 +149,8 @@ class TripletMPNN(hk.Module):
     z = jnp.concatenate([node_fts, hidden], axis=-1)
     m_1, m_2, m_e, m_g = (hk.Linear(h) for _ in range(4))
     o1, o2 = hk.Linear(h), hk.Linear(h)
-    msg_1 = on_rows(m_1, z)
-    msg_2 = on_rows(m_2, z)
+    msg_1 = vjps.on_rows(m_1, z)
+    msg_2 = vjps.on_rows(m_2, z)
     msg_e = edges.project(*linear_params(m_e, edge_width))
     msg_g = m_g(graph_fts)
 
@@ -169,7 +158,7 @@ class TripletMPNN(hk.Module):
     f = self.nb_triplet_fts
     t_1, t_2, t_3, t_e_1, t_e_2, t_e_3, t_g = (hk.Linear(f) for _ in range(7))
     with jax.named_scope("triplet"):
-      tri_1, tri_2, tri_3 = (on_rows(t, z) for t in (t_1, t_2, t_3))
+      tri_1, tri_2, tri_3 = (vjps.on_rows(t, z) for t in (t_1, t_2, t_3))
       tri_e_1 = edges.project(*linear_params(t_e_1, edge_width))
       tri_e_2 = edges.project(*linear_params(t_e_2, edge_width))
       tri_e_3 = edges.project(*linear_params(t_e_3, edge_width))
@@ -183,7 +172,7 @@ class TripletMPNN(hk.Module):
       tri_max = (tri_max + jnp.expand_dims(tri_2, 2) + jnp.expand_dims(tri_3, 1) +
                  tri_e_3 + jnp.expand_dims(tri_g, (1, 2)))
       o3 = hk.Linear(h)
-      tri_msgs = jax.nn.relu(on_rows(o3, tri_max))   # (B, N, N, H)
+      tri_msgs = jax.nn.relu(vjps.on_rows(o3, tri_max))   # (B, N, N, H)
 
     msgs = (jnp.expand_dims(msg_1, axis=1) + jnp.expand_dims(msg_2, axis=2) +
             msg_e + jnp.expand_dims(msg_g, axis=(1, 2)))
@@ -194,149 +183,21 @@ class TripletMPNN(hk.Module):
     mlp = hk.nets.MLP([h, h])
     (w1, b1), (w2, b2) = (linear_params(l, h) for l in mlp.layers)
     with jax.named_scope("message_mlp"):
-      msgs = message_mlp_max(msgs, w1, b1, w2, b2)
-    ret = jax.nn.relu(on_rows(o1, z) + on_rows(o2, msgs))
+      msgs = vjps.message_mlp_max(msgs, w1, b1, w2, b2)
+    ret = jax.nn.relu(vjps.on_rows(o1, z) + vjps.on_rows(o2, msgs))
     if self.use_ln:
       ret = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(ret)
     if not self.gated:
       return ret, tri_msgs
     gate1, gate2 = hk.Linear(h), hk.Linear(h)
     gate3 = hk.Linear(h, b_init=hk.initializers.Constant(-3))
-    gate = jax.nn.sigmoid(on_rows(gate3, jax.nn.relu(
-        on_rows(gate1, z) + on_rows(gate2, msgs))))
+    gate = jax.nn.sigmoid(vjps.on_rows(gate3, jax.nn.relu(
+        vjps.on_rows(gate1, z) + vjps.on_rows(gate2, msgs))))
     ret = ret * gate + residual * (1 - gate)
     return ret, tri_msgs
 
 
-@jax.custom_vjp
-def message_mlp_max(pre, w1, b1, w2, b2):
-  """max over senders of MLP([H, H])(relu(pre)): [B, N, N, H] -> [B, N, H].
-
-  pre is indexed [b, sender j, receiver i, h].  The forward is dm-clrs's
-  expression.  The backward is autodiff's, written out so that XLA sees four
-  plain matrix products over the [B * N * N, H] rows: autodiff of jnp.max
-  builds the [B, N, N, H] indicator with a select and then transposes the
-  masked cotangent for the weight gradient, which on CPU cost more than the
-  products themselves (naive_string_matcher: ~10 ms of copies per step).
-  Ties in the max share the cotangent equally, as jnp.max's VJP does; relu'(0)
-  is 0, as jax.nn.relu's.  The number of tied senders is counted in the forward
-  pass as an integer sum over the bool indicator and kept: the backward's
-  cotangent is then one select, where jnp.max's VJP converts the indicator to
-  floats and sums them (two more [B, N, N, H] passes and a broadcast); a count
-  of ones is exact either way, so the bits are the same.
-  """
-  return _message_mlp_max_fwd(pre, w1, b1, w2, b2)[0]
-
-
-# What the per-step remat keeps instead of recomputing: the message MLP's activations,
-# whose recomputation costs more than storing them.
-_REMAT_SAVES = ("message_h1", "message_hit", "message_ties", "message_max")
-
-
-def _message_mlp_max_fwd(pre, w1, b1, w2, b2):
-  h1 = jax.nn.relu(jnp.dot(jax.nn.relu(pre), w1) + b1)
-  out = jnp.dot(h1, w2) + b2
-  m = jnp.max(out, axis=1)
-  hit = out == m[:, None]                 # where the max is: bool [B, N, N, H]
-  ties = jnp.sum(hit, axis=1, dtype=jnp.int32)   # senders at the max: [B, N, H]
-  h1 = checkpoint_name(h1, "message_h1")
-  hit = checkpoint_name(hit, "message_hit")
-  ties = checkpoint_name(ties, "message_ties")
-  m = checkpoint_name(m, "message_max")
-  return m, (pre, w1, w2, h1, hit, ties)
-
-
-def _message_mlp_max_bwd(res, g):
-  pre, w1, w2, h1, hit, ties = res
-  hidden = h1.shape[-1]
-  d_out = jnp.where(hit, (g / ties.astype(g.dtype))[:, None], 0.0)
-  d_h1 = jnp.dot(d_out, w2.T) * (h1 > 0)
-  d_w2 = jnp.dot(h1.reshape(-1, hidden).T, d_out.reshape(-1, hidden))
-  d_w1 = jnp.dot(jax.nn.relu(pre).reshape(-1, pre.shape[-1]).T,
-                 d_h1.reshape(-1, hidden))
-  d_pre = jnp.dot(d_h1, w1.T) * (pre > 0)
-  return (d_pre, d_w1, jnp.sum(d_h1, axis=(0, 1, 2)), d_w2,
-          jnp.sum(g, axis=(0, 1)))
-
-
-message_mlp_max.defvjp(_message_mlp_max_fwd, _message_mlp_max_bwd)
-
-
 # -- decoders --------------------------------------------------------------------
-
-
-@jax.custom_vjp
-def edge_pointer_logits(pred, pred_2, w, b):
-  """dm-clrs's edge-pointer head, Linear(max(pred_ij, pred_2_k)) -> [B, N, N, N].
-
-  pred: [B, N, N, H]; pred_2: [B, N, H]; w: [H, 1]; b: [1].  The
-  [B, N, N, N, H] maximum is reduced as it is produced (XLA fuses the
-  broadcast, max and product into the reduction), never stored.
-  """
-  p_m = jnp.maximum(pred[:, :, :, None, :], pred_2[:, None, None, :, :])
-  return jnp.sum(p_m * w[:, 0], axis=-1) + b[0]
-
-
-def _edge_pointer_fwd(pred, pred_2, w, b):
-  return edge_pointer_logits(pred, pred_2, w, b), (pred, pred_2, w)
-
-
-def _edge_pointer_bwd(res, g):
-  pred, pred_2, w = res
-  a = pred[:, :, :, None, :]
-  c = pred_2[:, None, None, :, :]
-  to_a = _to_larger(a, c)
-  gw = g[..., None] * w[:, 0]
-  d_pred = jnp.sum(gw * to_a, axis=3)
-  d_pred_2 = jnp.sum(gw * (1.0 - to_a), axis=(1, 2))
-  d_w = jnp.sum(g[..., None] * jnp.maximum(a, c), axis=(0, 1, 2, 3))[:, None]
-  d_b = jnp.sum(g)[None]
-  return d_pred, d_pred_2, d_w, d_b
-
-
-edge_pointer_logits.defvjp(_edge_pointer_fwd, _edge_pointer_bwd)
-
-
-def _to_larger(a, c):
-  """d max(a, c) / da as jnp.maximum defines it: 1, or 0.5 each on a tie."""
-  return jnp.where(a > c, 1.0, jnp.where(a == c, 0.5, 0.0))
-
-
-@jax.custom_vjp
-def node_pointer_logits(p_1, p_e, w, b):
-  """dm-clrs's node-pointer head, Linear(max(p_1_i, p_e_ji)) -> [B, N, N].
-
-  p_1: [B, N, H]; p_e: [B, N, N, H] indexed [b, j, i]; w: [H, 1]; b: [1].
-  dm-clrs transposes p_e to [b, i, j] and materialises the maximum before a
-  Linear to one unit; here the reduction reads p_e where it lies and only
-  the [B, N, N] logits are transposed.
-  """
-  # The reduction over H as a product with w: XLA:CPU then runs the max and
-  # the product apart instead of one slower fused YNNPACK reduction (module
-  # doc, 4).
-  out = on_rows(lambda x: jnp.dot(x, w),
-                jnp.maximum(p_1[:, None, :, :], p_e))[..., 0] + b[0]
-  return jnp.swapaxes(out, 1, 2)
-
-
-def _node_pointer_fwd(p_1, p_e, w, b):
-  return node_pointer_logits(p_1, p_e, w, b), (p_1, p_e, w)
-
-
-def _node_pointer_bwd(res, g):
-  p_1, p_e, w = res
-  a = p_1[:, None, :, :]
-  to_1 = _to_larger(a, p_e)
-  gw = jnp.swapaxes(g, 1, 2)[..., None] * w[:, 0]      # [b, j, i, H]
-  d_p1 = jnp.sum(gw * to_1, axis=1)
-  d_pe = gw * (1.0 - to_1)
-  d_w = jnp.sum(jnp.swapaxes(g, 1, 2)[..., None] * jnp.maximum(a, p_e),
-                axis=(0, 1, 2))[:, None]
-  d_b = jnp.sum(g)[None]
-  return d_p1, d_pe, d_w, d_b
-
-
-node_pointer_logits.defvjp(_node_pointer_fwd, _node_pointer_bwd)
 
 
 class DecoderInputs(NamedTuple):
@@ -359,7 +220,7 @@ def _project_e_t(linears, edges: EdgeFts, tri_msgs) -> List[chex.Array]:
   edge_part = edges.project(jnp.concatenate([w[:width] for w in ws], axis=1),
                             jnp.concatenate(bs))
   w_tri = jnp.concatenate([w[width:] for w in ws], axis=1)
-  tri_part = on_rows(lambda x: jnp.dot(x, w_tri), tri_msgs)
+  tri_part = vjps.on_rows(lambda x: jnp.dot(x, w_tri), tri_msgs)
   return jnp.split(edge_part + tri_part, sizes, axis=-1)
 
 
@@ -383,15 +244,15 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
     h_t = inp.h_t
     if loc == _Location.NODE:
       if t in (_Type.SCALAR, _Type.MASK, _Type.MASK_ONE):
-        out = jnp.squeeze(on_rows(dec[0], h_t), -1)
+        out = jnp.squeeze(vjps.on_rows(dec[0], h_t), -1)
       elif t == _Type.CATEGORICAL:
-        out = on_rows(dec[0], h_t)
+        out = vjps.on_rows(dec[0], h_t)
       elif t in _POINTERS:
-        p_1 = on_rows(dec[0], h_t)
-        p_2 = on_rows(dec[1], h_t)
+        p_1 = vjps.on_rows(dec[0], h_t)
+        p_2 = vjps.on_rows(dec[1], h_t)
         p_3 = e_t_proj[name]
         p_e = jnp.expand_dims(p_2, -2) + p_3
-        out = node_pointer_logits(p_1, p_e, *linear_params(dec[3], p_1.shape[-1]))
+        out = vjps.node_pointer_logits(p_1, p_e, *linear_params(dec[3], p_1.shape[-1]))
         # The MPNN processors have no inf_bias (PGN, not PGNMask).
         if t == _Type.PERMUTATION_POINTER:
           out = decoders.log_sinkhorn(
@@ -400,8 +261,8 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
       else:
         raise ValueError(f"invalid node type {t}")
     elif loc == _Location.EDGE:
-      pred_1 = on_rows(dec[0], h_t)
-      pred_2 = on_rows(dec[1], h_t)
+      pred_1 = vjps.on_rows(dec[0], h_t)
+      pred_2 = vjps.on_rows(dec[1], h_t)
       pred_e = e_t_proj[name]
       pred = jnp.expand_dims(pred_1, -2) + jnp.expand_dims(pred_2, -3) + pred_e
       if t in (_Type.SCALAR, _Type.MASK, _Type.MASK_ONE):
@@ -409,9 +270,9 @@ def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
       elif t == _Type.CATEGORICAL:
         out = pred
       elif t == _Type.POINTER:
-        pred_2 = on_rows(dec[3], h_t)
+        pred_2 = vjps.on_rows(dec[3], h_t)
         w, b = linear_params(dec[4], pred.shape[-1])
-        out = edge_pointer_logits(pred, pred_2, w, b)
+        out = vjps.edge_pointer_logits(pred, pred_2, w, b)
       else:
         raise ValueError(f"invalid edge type {t}")
     elif loc == _Location.GRAPH:
@@ -587,7 +448,7 @@ class FastNet(model_lib.Net):
       body = functools.partial(self._scan_step, p)
       if cfg.remat:
         body = hk.remat(body, policy=jax.checkpoint_policies.save_only_these_names(
-            *_REMAT_SAVES))
+            *vjps.REMAT_SAVES))
       # Steps past the algorithm's bound on trajectory length are finished
       # ones in every batch: not scanned, their (zero) outputs padded on.  At
       # least two scanned steps: XLA inlines a loop of one, and the inlined

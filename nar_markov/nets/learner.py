@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from nar_markov.config import netconfig
 from nar_markov.data import batching
 from nar_markov.data import preprocessing
 from nar_markov.data import split_cache
@@ -50,7 +51,7 @@ warnings.filterwarnings(
     "Multiple temp buffer allocations found", category=UserWarning)
 
 
-def compiler_options(config: model_lib.NetConfig) -> Optional[Dict[str, Any]]:
+def compiler_options(config: netconfig.NetConfig) -> Optional[Dict[str, Any]]:
   """XLA options of the net's compiled train and eval steps: on CPU, their scratch
   in heaps of at most `config.xla_heap_mib` MiB (NetConfig.xla_heap_mib says why);
   None (XLA's defaults) elsewhere or with 0.  A step whose scratch is larger than
@@ -63,7 +64,7 @@ def compiler_options(config: model_lib.NetConfig) -> Optional[Dict[str, Any]]:
 class Learner:
   """Pure train/eval functions of one Net over one or more algorithms."""
 
-  def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
+  def __init__(self, specs_, nb_dims, config: netconfig.NetConfig,
                optimizer: optax.GradientTransformation,
                algorithms: Optional[Sequence[str]] = None):
     """`algorithms`: the specs' names, if known (the fast net then scans no

@@ -43,8 +43,7 @@ from clrs._src import probing
 from clrs._src import processors
 from clrs._src import specs
 
-# The net's settings (history policy among them) live jax-free, for gin and the launcher.
-from nar_markov.config.netconfig import FAST_PROCESSORS, HISTORY_POLICIES, NetConfig  # pylint: disable=unused-import  (re-exported)
+from nar_markov.config.netconfig import NetConfig
 
 
 _Stage = specs.Stage

@@ -1,12 +1,11 @@
 """The training loop: a list of algorithms x seeds, stepped, validated, tested, written.
 
-What nar_markov.training.experiment.run_experiment resolved (runspec.Resolved) is trained here: one
-processor on a list of algorithms (single-task is a list of one; several: dm-clrs
-run.py's multi-task rule) for one or more seeds (K seeds of one algorithm: one
-vmapped step).  The jitted net is nar_markov.nets.learner's; this module owns the loop's
-cadence and each seed's bookkeeping (`_SeedRun`): its state and checkpoint are
-nar_markov/state/checkpoint.py's, its selection nar_markov/state/selection.py's, its penalty weight
-nar_markov/state/lambda_schedule.py's, and its result.json nar_markov.store.runs's (`RunRecord`).
+What nar_markov.training.experiment.run_experiment resolved (runspec.Resolved) is trained
+here: one processor on a list of algorithms (single-task is a list of one; several: dm-clrs
+run.py's multi-task rule) for one or more seeds (K seeds of one algorithm: one vmapped
+step).  The jitted net is nar_markov.nets.learner's; this module owns the loop's cadence
+(flush, validate, checkpoint) and the steppers that hold the parameters; each seed's
+bookkeeping is nar_markov.training.seed_run's (`SeedRun`).
 """
 
 from __future__ import annotations
@@ -14,17 +13,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import pathlib
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
-import optax
 
 from nar_markov.config import components
-from nar_markov.config import lambda_heuristic
-from nar_markov.config import provenance
 from nar_markov.config import runspec
 from nar_markov.data import batching
 from nar_markov.data import preprocessing
@@ -33,12 +28,10 @@ from nar_markov.data import train_stream
 from nar_markov.data import validation_pool
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
-from nar_markov.state import checkpoint
 from nar_markov.store import locks as locks_lib
-from nar_markov.store import params_io
 from nar_markov.store import runs
 from nar_markov.store import util
-from nar_markov.training import devices
+from nar_markov.training import seed_run
 
 
 # Steps a loop started inside `stop_after` may train (None: to the end).
@@ -135,7 +128,7 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
   """run_experiment's training of the seeds `todo` (their locks held): seed ->
   its results, one per algorithm."""
   algorithms = [t.algorithm for t in job.tasks]
-  by_step: Dict[int, List[Tuple[_SeedRun, Any, Any]]] = {}
+  by_step: Dict[int, List[Tuple[seed_run.SeedRun, Any, Any]]] = {}
   for s in todo:
     out_dirs = [runs.run_dir(results_dir, job.model, a, s) for a in algorithms]
     for out_dir in out_dirs:
@@ -150,7 +143,7 @@ def _train_seeds(job: "_Job", todo: Sequence[int], results_dir) -> Dict[int, Lis
     vals = [validation_pool.ValidationPool(t.algorithm, seed=k, lengths=t.lengths,
                                            mode=job.protocol.validation_mode)
             for t, k in zip(job.tasks, seeds_of)]
-    run = _SeedRun(job, s, runs.job_folder(results_dir, job.model, algorithms, s), out_dirs,
+    run = seed_run.SeedRun(job, s, runs.job_folder(results_dir, job.model, algorithms, s), out_dirs,
                    streams, vals, results_dir=results_dir)
     params, opt_state = run.start()
     by_step.setdefault(run.state.step, []).append((run, params, opt_state))
@@ -204,7 +197,7 @@ class _Job:
   def checkpoint_due(self, step: int) -> bool:
     return step % self.protocol.checkpoint_every_steps == 0 and step < self.protocol.train_steps
 
-  def train_step(self, run: "_SeedRun", params, opt_state, feedbacks):
+  def train_step(self, run: "seed_run.SeedRun", params, opt_state, feedbacks):
     """One training step of one seed: (params, opt_state, losses per algorithm)."""
     seed, step, lambdas = run.seed, run.state.step, run.state.lambdas
     if self.summed_step is not None:
@@ -224,245 +217,6 @@ class _Job:
     return params, opt_state, losses
 
 
-class _SeedRun:
-  """One seed's bookkeeping: its folders, data streams, state (checkpoint.SeedState),
-  pending losses, evaluations, and its result.json files (one per algorithm).
-
-  Everything of a seed except its parameters and optimizer state, which the
-  training loop's stepper holds (`_OneSeed`: one seed's arrays; `_Stacked`: K
-  seeds' on a leading axis) and hands this object when it evaluates or checkpoints.
-  """
-
-  def __init__(self, job: _Job, seed: int, job_dir: pathlib.Path,
-               out_dirs: Sequence[pathlib.Path], streams: Sequence[train_stream.TrainStream],
-               vals: Sequence[validation_pool.ValidationPool], results_dir=None):
-    self.job = job
-    self.seed = int(seed)
-    # The folder the run trains into: result.json names its files relative to it.
-    self.results_dir = (pathlib.Path(results_dir) if results_dir is not None
-                        else pathlib.Path(out_dirs[0]).parents[2])
-    self.out_dirs = list(out_dirs)
-    self.streams = list(streams)
-    self.vals = list(vals)
-    self.ckpt_path = job_dir / runs.CHECKPOINT_NAME
-    self.last_report = time.time()
-    self.state: Optional[checkpoint.SeedState] = None  # set by `start`
-
-  @property
-  def name(self) -> str:
-    if len(self.job.tasks) == 1:
-      return f"{self.job.model}/{self.job.tasks[0].algorithm}/seed{self.seed}"
-    return f"{self.job.model}/seed{self.seed} ({len(self.job.tasks)} algorithms)"
-
-  @property
-  def definitions(self) -> List[Dict[str, Any]]:
-    return [dict(t.definition, seed=self.seed) for t in self.job.tasks]
-
-  def start(self):
-    """Resume (checkpoint.resume), or initialise; returns (params, opt_state)."""
-    job = self.job
-    saved = checkpoint.resume(self.ckpt_path, job.tasks, self.seed, self.definitions,
-                              self.results_dir, self.name)
-    if saved is not None:
-      for stream, stream_state in zip(self.streams, saved.streams):
-        stream.load_state_dict(stream_state)
-      params = saved.params
-      opt_state = job.learner.restore_opt_state(params, saved.opt_leaves)
-      self.state = saved.state
-    else:
-      init_features = [next(iter(batching.eval_batches(v.draw(0), job.protocol.val_batch_size)))[0]
-                       .features for v in self.vals]
-      # = net.init(PRNGKey(seed), ...) and optimizer.init, in one compilation.
-      params, opt_state = job.learner.init_state(self.seed, init_features)
-      self.state = checkpoint.SeedState.new([t.algorithm for t in job.tasks], self.definitions)
-    if self.state.step == 0 and not self.state.curves[0]["val"]["step"]:
-      self.evaluate(params, 0)
-    return params, opt_state
-
-  def evaluate(self, params, step_now: int) -> float:
-    """Validate on every algorithm's pool; returns the mean score (selection)."""
-    job, protocol = self.job, self.job.protocol
-    t0 = time.time()
-    scores = []
-    for task, val, curves in zip(job.tasks, self.vals, self.state.curves):
-      res = learner.evaluate_split(job.learner, params, val.draw(step_now), task.index,
-                                   protocol.val_batch_size, with_hints=True,
-                                   max_samples=protocol.val_max_samples)
-      curves["val"]["step"].append(step_now)
-      curves["val"]["score"].append(res["score"])
-      curves["val"]["hidden_norm"].append(res["history_norm"])
-      curves["hint_step_loss"]["step"].append(step_now)
-      curves["hint_step_loss"]["loss"].append(res["hint_per_step"])
-      scores.append(res["score"])
-      if protocol.test_every_steps and step_now % protocol.test_every_steps == 0:
-        # Diagnostic only (Protocol.test_every_steps): recorded, never selects.
-        test_curve = curves.setdefault("test", {"step": [], "score": []})
-        test_curve["step"].append(step_now)
-        test_curve["score"].append(self.test(params, task, timed=False)["score"])
-    self.state.eval_time_s += time.time() - t0
-    return self.state.selection.observe(
-        step_now, scores, lambda: jax.tree_util.tree_map(np.asarray, params))
-
-  def report(self, score: float) -> None:
-    job, state = self.job, self.state
-    if time.time() - self.last_report > 10 or state.step == job.protocol.train_steps:
-      self.last_report = time.time()
-      losses = [c["train"]["loss"][-1] for c in state.curves]
-      loss = (f"loss {losses[0]:.4f} val" if len(losses) == 1 else
-              "loss [" + ", ".join(f"{t.algorithm} {l:.3f}" for t, l in
-                                   zip(job.tasks, losses)) + "] mean val")
-      util.log(f"{self.name} step {state.step}/{job.protocol.train_steps} {loss} {score:.4f} "
-               f"(best {state.selection.best_val:.4f} @ {state.selection.best_step}) "
-               f"{state.step / max(state.train_time_s, 1e-9):.2f} steps/s")
-
-  def save_checkpoint(self, params, opt_state, path: Optional[pathlib.Path] = None) -> None:
-    # The optimizer state as its leaves (optax's named tuples are rebuilt on
-    # load from the optimizer: Learner.restore_opt_state); no pickle.
-    checkpoint.save(path or self.ckpt_path, self.state,
-                    jax.tree_util.tree_map(np.asarray, params),
-                    jax.tree_util.tree_leaves(jax.tree_util.tree_map(np.asarray, opt_state)),
-                    [s.state_dict() for s in self.streams])
-
-  def record(self, steps: Sequence[int], fetched: Sequence[Sequence[Any]]) -> Optional[int]:
-    """Log one window of fetched losses (per step, one per algorithm); returns
-    the first step with a non-finite loss of any algorithm."""
-    bad = None
-    for s, per_task in zip(steps, fetched):
-      if bad is None and not all(np.isfinite(float(l.total)) for l in per_task):
-        bad = s
-    for k, curves in enumerate(self.state.curves):
-      tr = curves["train"]
-      tr["step"].append(steps[-1])
-      for key, attr in [("loss", "total"), ("output_loss", "output"),
-                        ("hint_loss", "hint"), ("gate_penalty", "gate_penalty"),
-                        ("gate_term", "gate_term")]:
-        tr[key].append(float(np.mean([float(getattr(l[k], attr)) for l in fetched])))
-    return bad
-
-  def adapt_lambda(self) -> None:
-    """After the losses up to this step are recorded: GatePenalty's adaptive lambda."""
-    self.state.lambdas.adapt(self.job.tasks, self.state.step, self.state.curves, self.name)
-
-  def diverge(self, step: int) -> None:
-    self.state.diverged_step = step
-    util.log(f"{self.name}: non-finite loss at step {step}: run diverged")
-
-  def end(self, params, opt_state) -> List[Dict[str, Any]]:
-    """After the loop: the results, or (stopped early on purpose) the checkpoint."""
-    if self.state.diverged_step is None and self.state.step < self.job.protocol.train_steps:
-      # Stopped before the end (`stop_after`): leave the
-      # checkpoint, write no result.
-      self.save_checkpoint(params, opt_state)
-      return [{"status": "interrupted", "steps": self.state.step} for _ in self.job.tasks]
-    if self.state.diverged_step is None:
-      # Checkpointed at the end too: a kill while testing loses no training.
-      self.save_checkpoint(params, opt_state)
-      if self.job.save_final_state:
-        self.save_checkpoint(params, opt_state, self.out_dirs[0] / runs.FINAL_STATE_NAME)
-    return self.finish(params, opt_state)
-
-  def finish(self, params=None, opt_state=None) -> List[Dict[str, Any]]:
-    """Score the best parameters on test; write one result.json per algorithm.
-
-    A diverged run is tested too, on its best validation parameters (from
-    before the divergence), and keeps its status: dm-clrs run.py never drops
-    a seed, so neither does the analysis.  Algorithm by algorithm, with a
-    checkpoint after each (given `params`): a kill keeps those tested.
-    """
-    job, selection = self.job, self.state.selection
-    if selection.best_params is not None:
-      for task in job.tasks:
-        if task.algorithm in selection.test_results:
-          continue
-        selection.test_results[task.algorithm] = self.test(selection.best_params, task)
-        if params is not None and len(job.tasks) > 1:
-          self.save_checkpoint(params, opt_state)
-    # The other selection rules' parameters, tested where they differ from run.py's.
-    selection.test_others(self.state.step, params,
-                          lambda p: {t.algorithm: self.test(p, t) for t in job.tasks})
-    results = []
-    for task, out_dir in zip(job.tasks, self.out_dirs):
-      record = _record(self, task)
-      if selection.best_params is not None:
-        _save_params(self, task, out_dir, record)
-      runs.write_result(out_dir, record)
-      results.append(record.as_json())
-    self.ckpt_path.unlink(missing_ok=True)  # only now: every result file is on disk
-    for out_dir, result in zip(self.out_dirs, results):
-      score = result["test_score"]
-      util.log(f"wrote {out_dir / runs.RESULT_NAME}: status {result['status']}, test "
-               f"{score if score is None else round(score, 4)}")
-    return results
-
-  def test(self, params, task: runspec.Task, timed: bool = True) -> Dict[str, Any]:
-    """`params` scored on `task`'s test split (`timed`: its time counted here)."""
-    t0 = time.time()
-    out = learner.evaluate_split(self.job.learner, params, task.test, task.index,
-                                 task.test_batch_size, with_hints=False,
-                                 max_samples=self.job.protocol.test_max_samples)
-    if timed:
-      self.state.eval_time_s += time.time() - t0
-    return out
-
-
-def _record(run: _SeedRun, task: runspec.Task) -> runs.RunRecord:
-  """The result of `run` on one algorithm, typed (runs.RunRecord writes it)."""
-  job, state = run.job, run.state
-  selection, diverged = state.selection, state.diverged_step is not None
-  updates = state.lambdas.updates
-  return runs.RunRecord(
-      model=job.model, history=job.learner.config.history, algorithm=task.algorithm,
-      seed=run.seed, steps=state.diverged_step if diverged else state.step,
-      train_steps=job.protocol.train_steps, diverged_step=state.diverged_step,
-      test=selection.test_results.get(task.algorithm),
-      val_best=(selection.best_scores[task.index] if selection.best_params is not None
-                else None),
-      val_best_step=selection.best_step, lambda_gate=task.lam,
-      lambda_reading=(task.lambda_info or {}).get("reading"),
-      penalty_start_step=task.penalty_start,
-      lambda_calibration=_lambda_calibration(run, task), settings=task.settings,
-      validation_mode=job.protocol.validation_mode, curves=state.curves[task.index],
-      train_time_s=state.train_time_s, eval_time_s=state.eval_time_s,
-      versions=util.package_versions(), code_version=provenance.code_version(),
-      device=devices.describe_backend(), gin_config=job.gin_str,
-      selection=selection.record(task.algorithm, None if diverged else state.step),
-      lambda_updates=updates[task.index] if any(updates) else None,
-      multitask=None if not job.multitask else {
-          "multitask_algorithms": [t.algorithm for t in job.tasks],
-          "multitask_update": job.protocol.multitask_update,
-          "multitask_val_mean_best": (selection.best_val if selection.best_params is not None
-                                      else None)})
-
-
-def _lambda_calibration(run: _SeedRun, task: runspec.Task) -> Optional[Dict[str, Any]]:
-  """result.json's lambda_calibration: where lambda came from, and the calibration
-  state this run continued from, its paths relative to the results folder."""
-  if task.lambda_info is None:
-    return None
-  info = dict(task.lambda_info)
-  if info.get("record"):
-    info["record"] = lambda_heuristic.record_relpath(info["record"], run.results_dir)
-  if run.state.continued_from:
-    info["continued_from"] = lambda_heuristic.record_relpath(
-        run.state.continued_from, run.results_dir)
-  return info
-
-
-def _save_params(run: _SeedRun, task: runspec.Task, out_dir: pathlib.Path,
-                 record: runs.RunRecord) -> None:
-  """The best-validation parameters, kept: python -m nar_markov.probes.evaluate <run dir>."""
-  job, selection = run.job, run.state.selection
-  meta = {"algorithm": task.algorithm, "model": job.model, "seed": run.seed,
-          "step": selection.best_step, "val_score": selection.best_scores[task.index],
-          "test_score": None if record.test is None else record.test["score"],
-          "lambda_gate": task.lam,
-          "nb_dims": job.learner.nb_dims[task.index]}
-  if len(job.tasks) > 1:
-    meta.update(algorithms=[t.algorithm for t in job.tasks], nb_dims=job.learner.nb_dims)
-  params_io.save_params(out_dir / runs.PARAMS_NAME, selection.best_params,
-                        dataclasses.asdict(job.learner.config), meta)
-
-
 class _OneSeed:
   """One seed's arrays, `_Job.train_step` (jitted per shape) per algorithm."""
 
@@ -470,7 +224,7 @@ class _OneSeed:
     (self.run, self.params, self.opt_state), = group
     self.job = job
 
-  def step(self, active: Sequence[_SeedRun], step: int):  # pylint: disable=unused-argument
+  def step(self, active: Sequence[seed_run.SeedRun], step: int):  # pylint: disable=unused-argument
     """One update; returns its losses, on the device (one per algorithm)."""
     feedbacks = [next(stream) for stream in self.run.streams]
     self.params, self.opt_state, losses = self.job.train_step(
@@ -505,7 +259,7 @@ class _Stacked:
     util.log(f"{job.model}/{task.algorithm}: training seeds {[r.seed for r, _, _ in group]} "
              f"together (one vmapped step) from step {group[0][0].state.step}")
 
-  def step(self, active: Sequence[_SeedRun], step: int):
+  def step(self, active: Sequence[seed_run.SeedRun], step: int):
     feedbacks = [next(run.streams[0]) for run in active]
     batch, max_length = learner.stack_batches(feedbacks)
     lambdas = [run.state.lambdas.at(self.task, step) for run in active]
@@ -538,7 +292,7 @@ def _train_group(job: _Job, group) -> Dict[int, List[Dict[str, Any]]]:
   (one vmapped step).  Returns seed -> its results, one per algorithm.
 
   The cadence (log, eval, checkpoint) is the job's; each seed's losses are fetched,
-  checked and logged by its own `_SeedRun`, which also evaluates and checkpoints its
+  checked and logged by its own `seed_run.SeedRun`, which also evaluates and checkpoints its
   parameters.  A seed whose loss is not finite ends there, status "diverged"; the
   others go on without it.
   """
