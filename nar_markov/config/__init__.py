@@ -1,1 +1,1 @@
-"""What a run is, without jax: its gin files, net, protocol, the CLRS-30 facts, lambda rule and provenance."""
+"""What a run is, without jax: gin files, net, protocol, CLRS-30 facts, lambda rule, provenance."""

@@ -1,4 +1,4 @@
-"""CLRS-30's names, train sizes, trajectory lengths and validation modes, and where generated data are cached -- without importing clrs.
+"""CLRS-30's names, train sizes, trajectory lengths, validation modes, data cache; no clrs import.
 
 The launcher, ``--status``, ``--dry-run`` and the analysis need these facts but not jax,
 haiku, clrs or TensorFlow; nar_markov.data (which samples with clrs) and the fast net
@@ -39,7 +39,14 @@ VALIDATION_MODES = ("resample", "fixed")
 
 
 def check_algorithm(name: str) -> str:
-  """`name` if it is one of the 30 CLRS-30 algorithms, else ValueError."""
+  """Checks that `name` is one of the 30 CLRS-30 algorithms.
+
+  Returns:
+    `name`.
+
+  Raises:
+    ValueError: an unknown name; the message lists the valid ones.
+  """
   if name not in ALGORITHMS:
     raise ValueError(f"unknown algorithm {name!r}; valid CLRS-30 algorithms: "
                      + ", ".join(ALGORITHMS))
@@ -48,7 +55,22 @@ def check_algorithm(name: str) -> str:
 
 def train_lengths(algorithm: str,
                   lengths: Sequence[int] = TRAIN_LENGTHS) -> Tuple[int, ...]:
-  """Train sizes; string matchers: one size, (max * 5) // 4 (run.py)."""
+  """The train sizes (numbers of nodes) of `algorithm`, as dm-clrs run.py trains it.
+
+  A string matcher trains at one size, (max(lengths) * 5) // 4; any other algorithm at
+  `lengths`.
+
+  Args:
+    algorithm: a CLRS-30 algorithm.
+    lengths: the train sizes asked for.
+
+  Returns:
+    The sizes, as ints.
+
+  Raises:
+    ValueError: an unknown algorithm, or a string matcher whose one size would be below
+      `MIN_STRING_MATCHER_NODES` (its needles of up to 8 characters crash dm-clrs there).
+  """
   if check_algorithm(algorithm) in STRING_MATCHERS:
     nb_nodes = (max(lengths) * 5) // 4
     if nb_nodes < MIN_STRING_MATCHER_NODES:
@@ -64,7 +86,7 @@ def train_lengths(algorithm: str,
 
 @functools.lru_cache(maxsize=None)
 def trajectory_lengths() -> Dict[str, Any]:
-  """The measured hint-trajectory lengths (`TRAJECTORY_LENGTHS_FILE`), per algorithm."""
+  """The measured hint-trajectory lengths per algorithm (`TRAJECTORY_LENGTHS_FILE`, read once)."""
   return json.loads(TRAJECTORY_LENGTHS_FILE.read_text())["algorithms"]
 
 
@@ -83,8 +105,17 @@ T_BOUND = {
 
 
 def trajectory_bound(algorithm: str, nb_nodes: int) -> Optional[int]:
-  """The most hint steps a trajectory of `algorithm` at `nb_nodes` can have, where
-  known (a `T_BOUND` algorithm at a measured train size); else None."""
+  """The most hint steps a trajectory of `algorithm` at `nb_nodes` nodes can have, where known.
+
+  Known for a `T_BOUND` algorithm at a measured train size: the measured maximum there,
+  which reaches the bound.
+
+  Returns:
+    The number of steps, or None.
+
+  Raises:
+    ValueError: an unknown algorithm.
+  """
   algorithm = check_algorithm(algorithm)
   if algorithm not in T_BOUND:
     return None
@@ -94,5 +125,5 @@ def trajectory_bound(algorithm: str, nb_nodes: int) -> Optional[int]:
 
 @gin.configurable
 def cache_dir(path: Optional[str] = None) -> Optional[str]:
-  """gin's say in the data cache directory: `cache_dir.path = '/scratch/...'`."""
+  """The data cache directory as gin binds it (`cache_dir.path = '/scratch/...'`); None: unbound."""
   return path

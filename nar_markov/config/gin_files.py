@@ -1,9 +1,9 @@
-"""Gin at the edges: parse config files whose includes resolve from the repo root (imports none of ours).
+"""Gin at the edges: parsing config files whose includes resolve from the repo root.
 
 Slurm jobs start in arbitrary working directories, so `include 'gin/base.gin'`
 must not depend on the cwd: the repository root is added to gin's search path,
 and relative paths given on the command line are tried against the cwd first,
-then the repository root.
+then the repository root.  Imports none of this package's modules.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ GIN_DIR = REPO_ROOT / "gin"
 
 
 def resolve_gin_file(path: str) -> str:
-  """Absolute path of a gin file given relative to the cwd or the repo root."""
+  """The absolute path of a gin file given absolute, or relative to the cwd or the repo root.
+
+  A relative path is tried against the cwd first, then `REPO_ROOT`; `~` is expanded.
+
+  Raises:
+    ValueError: no such file; the message lists the places looked in.
+  """
   p = pathlib.Path(path).expanduser()
   candidates = [p] if p.is_absolute() else [pathlib.Path.cwd() / p, REPO_ROOT / p]
   for c in candidates:
@@ -32,14 +38,21 @@ def resolve_gin_file(path: str) -> str:
 
 def parse_gin(gin_files: Sequence[str], gin_params: Sequence[str] = (),
               finalize: bool = False) -> None:
-  """Clear gin, parse files then bindings.
+  """Clears gin, then parses `gin_files` and then the bindings `gin_params`.
 
-  A gin file names the modules it configures with `import` lines, as
-  gin/base.gin does (gin imports them): this module imports none of ours, so
-  nothing here forms a cycle, and parsing a sweep's files imports no jax.
+  A gin file names the modules it configures with `import` lines, as gin/base.gin does
+  (gin imports them): this module imports none of ours, so nothing here forms an import
+  cycle, and parsing a sweep's files imports no jax.
 
-  Raises ValueError naming the problem for a missing file, an unknown
-  configurable or parameter, or a binding that does not parse.
+  Args:
+    gin_files: gin files, each absolute or relative to the cwd or the repo root
+      (`resolve_gin_file`).
+    gin_params: bindings, one a string, parsed after the files.
+    finalize: finalize gin's config after parsing.
+
+  Raises:
+    ValueError: a missing file, an unknown configurable or parameter, or a binding that
+      does not parse; the message names the problem.
   """
   gin.clear_config()
   gin.add_config_file_search_path(str(REPO_ROOT))
@@ -52,9 +65,13 @@ def parse_gin(gin_files: Sequence[str], gin_params: Sequence[str] = (),
 
 
 def bound_value(binding_key: str):
-  """gin.query_parameter, following a macro (`x = %NAME`) to its value.
+  """The value bound to `binding_key` (gin.query_parameter), following macros to their value.
 
-  Raises ValueError when nothing is bound to `binding_key`.
+  Args:
+    binding_key: e.g. 'NetConfig.history'.
+
+  Raises:
+    ValueError: nothing is bound to `binding_key` (gin's error).
   """
   value = gin.query_parameter(binding_key)
   # A macro reference's selector is '<NAME>/gin.macro'; its value is bound
@@ -78,9 +95,15 @@ _LAUNCHER_BINDING = re.compile(r"^(?:" + "|".join(LAUNCHER_CONFIGURABLES) + r")\
 
 
 def without_launcher(text: str) -> str:
-  """`text` (gin, as gin.config_str() writes it, or a config.gin) without the launcher's
-  imports and bindings (LAUNCHER_CONFIGURABLES): a run's gin, which parses with launch/
-  and submitit absent."""
+  """A gin text without the launcher's imports and bindings (`LAUNCHER_CONFIGURABLES`).
+
+  Removes the `import launch...` lines, the `# Parameters for <configurable>:` sections of
+  the launcher's configurables and any binding of theirs, so that what remains, a run's
+  gin, parses with launch/ and submitit absent.
+
+  Args:
+    text: gin as gin.config_str() writes it, or a config.gin.
+  """
   text = _LAUNCHER_IMPORT.sub("", text)
   text = _LAUNCHER_SECTION.sub("", text)
   return _LAUNCHER_BINDING.sub("", text)

@@ -1,4 +1,4 @@
-"""The paper's λ heuristic (App. "Lambda Heuristic"): two readings, the search arithmetic, calibration records.
+"""The paper's λ heuristic (App. "Lambda Heuristic"): its readings, search arithmetic, records.
 
 The paper picks λ per algorithm "such that the gate penalty makes up approximately
 half of the total training loss after 6,000 training steps"; `LambdaHeuristic.reading`
@@ -42,7 +42,17 @@ class CalibrationError(ValueError):
 @gin.configurable
 @dataclasses.dataclass(frozen=True)
 class LambdaHeuristic:
-  """How G-ForgetNet's λ is chosen and when its penalty is on (module docstring)."""
+  """How G-ForgetNet's λ is chosen and when its penalty is on (gin: ``LambdaHeuristic.*``).
+
+  The readings are the module docstring's; the comments beside the fields say what each
+  means.
+
+  Raises:
+    ValueError: on construction, for an unknown reading, a calibration_fraction outside
+      (0, 1], a window_fraction outside (0, calibration_fraction], a band not
+      0 < lo < hi < 1, max_trials < 1, bracket_factor <= 1, or seeds that are not
+      distinct ints >= 0 (or none).
+  """
   reading: str = "schedule"
   calibration_fraction: float = 0.6     # the paper's 6,000 of 10,000 steps
   window_fraction: float = 0.05         # 500 of 10,000 steps
@@ -76,14 +86,15 @@ class LambdaHeuristic:
     object.__setattr__(self, "band", (float(lo), float(hi)))
 
   def calibration_step(self, schedule_steps: int) -> int:
-    """The switch: 6,000 of a 10,000-step schedule."""
+    """The switch: round(calibration_fraction * schedule_steps), at least 1 (6,000 of 10,000)."""
     return max(1, int(round(self.calibration_fraction * schedule_steps)))
 
   def window_steps(self, schedule_steps: int) -> int:
+    """The measurement window's length: round(window_fraction * schedule_steps), at least 1."""
     return max(1, int(round(self.window_fraction * schedule_steps)))
 
   def penalty_start(self, schedule_steps: int) -> int:
-    """First step (0-based) whose loss carries the penalty."""
+    """The first step (0-based) whose loss carries the penalty: the switch (schedule), else 0."""
     return self.calibration_step(schedule_steps) if self.reading == "schedule" else 0
 
 
@@ -91,10 +102,24 @@ class LambdaHeuristic:
 
 
 def measure(result: Mapping[str, Any], end_step: int, window_steps: int) -> Dict[str, Any]:
-  """L, G, the penalty P and its share P / (L + P) over (end - window, end].
+  """L, G, the penalty P and its share P / (L + P) over (end_step - window_steps, end_step].
 
-  From result.json's curves.train (means over each logging window), and the
-  gate norm (validation hidden_norm) at the last evaluation up to `end_step`.
+  From result.json's curves.train (each entry a mean over its logging window), averaged
+  over the window's entries: L the task loss (output plus hint loss), G the gate term,
+  P the penalty.  The gate norm is the validation hidden_norm at the last evaluation up to
+  `end_step`.
+
+  Args:
+    result: a run's parsed result.json.
+    end_step: the window's last step.
+    window_steps: its length in steps.
+
+  Returns:
+    {"L", "G", "P", "share" (0.0 where L + P <= 0), "gate_norm" (None without an
+    evaluation), "window": [start, end], "steps": the steps trained, "status"}.
+
+  Raises:
+    CalibrationError: no train entries in the window, or a null (non-finite) loss there.
   """
   train = result["curves"]["train"]
   idx = [i for i, s in enumerate(train["step"]) if end_step - window_steps < s <= end_step]
@@ -120,7 +145,7 @@ def measure(result: Mapping[str, Any], end_step: int, window_steps: int) -> Dict
 
 
 def share_with(lam: float, m: Mapping[str, float]) -> float:
-  """The penalty's share of the total loss had λ been `lam` with m's L and G."""
+  """The penalty's share of the total loss had λ been `lam`, with m's L and G (0.0 if no loss)."""
   p = lam * m["G"]
   return p / (m["L"] + p) if m["L"] + p > 0 else 0.0
 
@@ -135,19 +160,30 @@ def _logit(share: float) -> float:
 
 def propose_next(trials: Sequence[Mapping[str, float]], band: Tuple[float, float],
                  factor: float = 10.0) -> Optional[float]:
-  """The next λ to try, or None when the last trial is in the band.
+  """The next λ to try in the constant reading's search on log λ, or None to stop.
 
-  `trials`: dicts with 'lambda' > 0 and 'share', in the order tried (share
-  None: the trial diverged before the window ended, counted as above the
-  band -- its λ was too large to train with).  While every share is above
-  the band, λ shrinks by `factor`.  While every share is below it, the search
-  climbs towards the largest share (`_climb`): the share λG/(L+λG) need not
-  grow with λ, because the penalty shuts the gate and G falls with λ.
-  Once bracketed -- a trial below the band and one above -- a secant step in
-  (log λ, logit share) between the tightest such pair, or their geometric
-  mean where the secant step would not land strictly inside.  Aims at the
-  band's middle.  Never proposes a λ already tried (returns None instead:
-  the search cannot make progress).
+  While every share is above the band, λ shrinks by `factor`.  While every share is below
+  it, the search climbs towards the largest share (`_climb`): the share λG/(L+λG) need not
+  grow with λ, because the penalty shuts the gate and G falls with λ.  Once bracketed -- a
+  trial below the band and one above -- a secant step in (log λ, logit share) between the
+  largest λ below and the nearest trial above (on its larger-λ side where there is one), or
+  their geometric mean where the secant step would not land strictly inside.  Aims at the
+  band's middle.
+
+  Args:
+    trials: dicts with "lambda" > 0 and "share", in the order tried; a share of None (the
+      trial diverged before the window ended) counts as above the band: its λ was too
+      large to train with.
+    band: (lo, hi), the shares to reach.
+    factor: the λ step while bracketing or climbing.
+
+  Returns:
+    The next λ; None when the last trial is in the band, when the climb has found the
+    largest share below the band, or when the proposal was tried already (the search
+    cannot make progress).
+
+  Raises:
+    ValueError: `trials` is empty.
   """
   lo, hi = band
   if not trials:
@@ -211,6 +247,11 @@ def _climb(trials: Sequence[Mapping[str, float]], factor: float) -> Optional[flo
 
 def closest_trial(trials: Sequence[Mapping[str, float]],
                   band: Tuple[float, float]) -> Mapping[str, float]:
+  """The trial whose share is nearest the band's middle, among those that did not diverge.
+
+  Raises:
+    CalibrationError: every trial diverged (no share).
+  """
   target = 0.5 * (band[0] + band[1])
   measured = [t for t in trials if t["share"] is not None]
   if not measured:
@@ -221,11 +262,23 @@ def closest_trial(trials: Sequence[Mapping[str, float]],
 def search(run_trial: Callable[[int, float], Dict[str, Any]], lambda0: float,
            band: Tuple[float, float], max_trials: int, factor: float = 10.0
            ) -> Tuple[List[Dict[str, Any]], Dict[str, Any], bool]:
-  """(trials, chosen trial, in band?) of the search started at `lambda0`.
+  """The constant reading's search on log λ from `lambda0` (`propose_next`).
 
-  `run_trial(i, lam)` trains trial i with λ = lam (or reads it back, when
-  resuming: trials are deterministic in i) and returns its measurement
-  (`measure`'s dict).
+  Args:
+    run_trial: `run_trial(i, lam)` trains trial i with λ = lam (or reads it back, when
+      resuming: trials are deterministic in i) and returns its measurement (`measure`'s
+      dict).
+    lambda0: the first λ, > 0 and finite.
+    band: (lo, hi), the shares to reach.
+    max_trials: the most trials to run.
+    factor: `propose_next`'s λ step.
+
+  Returns:
+    (the trials, each its measurement with "trial" and "lambda"; the chosen trial; whether
+    it is in the band): the last trial where it is in the band, else `closest_trial`.
+
+  Raises:
+    CalibrationError: `lambda0` is not > 0 and finite, or every trial diverged.
   """
   if not lambda0 > 0 or not math.isfinite(lambda0):
     raise CalibrationError(f"the search needs a starting λ > 0, got {lambda0}")
@@ -247,6 +300,7 @@ def search(run_trial: Callable[[int, float], Dict[str, Any]], lambda0: float,
 
 
 def calibration_root(results_dir) -> pathlib.Path:
+  """`<results_dir>/_calibration`: the folder of the calibration records and runs."""
   return pathlib.Path(results_dir) / CALIBRATION_DIR
 
 
@@ -256,25 +310,51 @@ def _scoped(name: str, scope: Optional[str]) -> str:
 
 def record_path(results_dir, reading: str, algorithm: str,
                 scope: Optional[str] = None) -> pathlib.Path:
-  """The record of `algorithm` under `reading`, for nets of history scope `scope`
-  (NetConfig.history_scope; None: the default)."""
+  """The path of `algorithm`'s calibration record under `reading`.
+
+  `<results_dir>/_calibration/<reading>/<algorithm>.json`, in the folder `<reading>-<scope>`
+  for a scope other than `DEFAULT_SCOPE`.
+
+  Args:
+    results_dir: the results folder.
+    reading: one of `READINGS`.
+    algorithm: the algorithm.
+    scope: the nets' history scope (NetConfig.history_scope); None: the default.
+
+  Raises:
+    ValueError: an unknown reading.
+  """
   if reading not in READINGS:
     raise ValueError(f"unknown λ reading {reading!r}; valid: {READINGS}")
   return calibration_root(results_dir) / _scoped(reading, scope) / f"{algorithm}.json"
 
 
 def lambda0_results_dir(results_dir, scope: Optional[str] = None) -> pathlib.Path:
-  """Where the λ = 0 calibration runs live (shared by both readings)."""
+  """The results folder of the λ = 0 calibration runs, shared by both readings.
+
+  `<results_dir>/_calibration/runs/lambda0`, `lambda0-<scope>` for a scope other than the
+  default.
+  """
   return calibration_root(results_dir) / "runs" / _scoped("lambda0", scope)
 
 
 def trial_results_dir(results_dir, algorithm: str, seed: int, trial: int,
                       scope: Optional[str] = None) -> pathlib.Path:
+  """The results folder of the constant reading's search trial `trial` of `algorithm`, `seed`.
+
+  `<results_dir>/_calibration/runs/constant[-<scope>]/<algorithm>/seed<seed>/trial<trial>`,
+  the scope named only where it is not the default.
+  """
   return (calibration_root(results_dir) / "runs" / _scoped("constant", scope) / algorithm
           / f"seed{int(seed)}" / f"trial{int(trial)}")
 
 
 def check_results_dir(results_dir) -> pathlib.Path:
+  """`results_dir` with `~` expanded, if it can be a results folder (it need not exist yet).
+
+  Raises:
+    CalibrationError: it is a file.
+  """
   path = pathlib.Path(results_dir).expanduser()
   if path.exists() and not path.is_dir():
     raise CalibrationError(f"--results {path} is a file, not a results folder")
@@ -282,14 +362,20 @@ def check_results_dir(results_dir) -> pathlib.Path:
 
 
 def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
+  """Writes `obj` to `path` as indented JSON, atomically (`runs.atomic_write_bytes`)."""
   runs.atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
 def read_record(path: pathlib.Path) -> Optional[Dict[str, Any]]:
-  """The record at `path`, None if there is none; CalibrationError if unusable.
+  """The calibration record at `path`, checked; None where there is no file.
 
-  An unreadable record is never overwritten or deleted here: the error names
-  the file, and the user decides (move it aside to recalibrate).
+  A record is a JSON object with the schema tag `RECORD_SCHEMA`, a "lambda" >= 0 and the
+  keys "algorithm", "reading", "settings", "seeds" and "calibration_step".  An unusable
+  record is never overwritten or deleted here: the error names the file, and the user
+  decides (move it aside to recalibrate).
+
+  Raises:
+    CalibrationError: the file does not read or parse, or is not a valid record.
   """
   path = pathlib.Path(path)
   if not path.exists():
@@ -319,27 +405,50 @@ def read_record(path: pathlib.Path) -> Optional[Dict[str, Any]]:
 
 
 def record_settings(settings: Mapping[str, Any], exclude: Sequence[str] = ()) -> Dict[str, Any]:
-  """What a record keeps of a run's settings, and must agree on with every run that
-  uses it: all but the run's length (the calibration trains to the switch only) and
-  `exclude` (runspec.record_settings: the penalty's strength once on)."""
+  """What a record keeps of a run's settings, and must agree on with every run that uses it.
+
+  All but "train_steps" (the calibration trains to the switch only) and `exclude`
+  (`runspec.record_settings` excludes the penalty's strength once on).
+  """
   return {k: v for k, v in settings.items() if k != "train_steps" and k not in exclude}
 
 
 def settings_mismatch(record: Mapping[str, Any], settings: Mapping[str, Any]) -> List[str]:
-  """'key: record vs run' for each setting that differs (`settings`: record_settings
-  of the run's; keys of either side, a missing one is a default:
-  runs.definition_mismatch)."""
+  """`key: record X vs run Y` for each setting in which a record and a run differ.
+
+  Args:
+    record: the calibration record.
+    settings: the run's settings as a record keeps them (`runspec.record_settings`); a
+      "train_steps" among them is ignored.  Compared over the keys of both sides, a key
+      missing on one side as None (`runs.definition_mismatch`).
+  """
   return [f"{key}: record {theirs!r} vs run {ours!r}" for key, theirs, ours in
           runs.definition_mismatch(record, {"settings": record_settings(settings)})]
 
 
 def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
                 settings: Mapping[str, Any]) -> Tuple[float, Dict[str, Any]]:
-  """(λ, provenance) for a G-ForgetNet run, from its algorithm's record.
+  """λ of a G-ForgetNet run of `algorithm`, and its provenance, from the calibration record.
 
-  Raises CalibrationError when there is no record (say how to make one), it
-  is unreadable, or it was made with other settings or another calibration
-  heuristic (reading, step, seeds).
+  The record (`record_path` of the heuristic's reading and the settings' history_scope)
+  must have been made with the same settings (`settings_mismatch`) and the same heuristic
+  (`record_heuristic`).
+
+  Args:
+    results_dir: the results folder the record lies under.
+    algorithm: the algorithm.
+    heuristic: the run's λ heuristic.
+    settings: the run's settings as a record keeps them (`runspec.record_settings`), with
+      "schedule_steps".
+
+  Returns:
+    (λ, provenance): result.json's lambda_calibration, with "source" ("calibration
+    record"), "record" (its path, `record_relpath`), and the record's reading, λ, status,
+    calibration step, window, seeds, share and creation time.
+
+  Raises:
+    CalibrationError: there is no record (the message says how to make one), it is
+      unusable (`read_record`), or it was made with other settings or another heuristic.
   """
   path = record_path(results_dir, heuristic.reading, algorithm, settings.get("history_scope"))
   record = read_record(path)
@@ -368,10 +477,19 @@ def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
 
 
 def record_relpath(path, results_dir) -> str:
-  """How result.json names a file of its results folder (a calibration record, the
-  state a run continued from): relative to `results_dir`, the folder the run was
-  trained into, so that the results read the same on any machine.  A path outside
-  that folder stays as it is (`legacy_relpath` maps the older absolute ones)."""
+  """How result.json names a file of its results folder: relative to `results_dir`.
+
+  Used for a calibration record and for the state a run continued from, so that results
+  read the same on any machine.  `path` is tried relative to `results_dir` as given, then
+  resolved; a path outside it is returned as it is.
+
+  Args:
+    path: the file.
+    results_dir: the folder the run was trained into.
+
+  Returns:
+    The relative posix path, or `str(path)`.
+  """
   path, root = pathlib.Path(path), pathlib.Path(results_dir)
   for base in (root, root.resolve()):
     try:
@@ -382,9 +500,12 @@ def record_relpath(path, results_dir) -> str:
 
 
 def legacy_relpath(path) -> str:
-  """`record_relpath` of a path a result recorded before results named them so:
-  absolute, on the machine that trained it, ``<its results folder>/_calibration/...``;
-  its part from ``_calibration/`` on.  Any other path comes back as it is."""
+  """The `record_relpath` form of an absolute path into a `_calibration/` folder.
+
+  For results that recorded the absolute path on the machine that trained them
+  (``<its results folder>/_calibration/...``): its part from ``_calibration/`` on.  Any
+  other path comes back as it is (a str).
+  """
   p = pathlib.PurePosixPath(path)
   if p.is_absolute() and CALIBRATION_DIR in p.parts:
     return pathlib.PurePosixPath(*p.parts[p.parts.index(CALIBRATION_DIR):]).as_posix()
@@ -392,8 +513,13 @@ def legacy_relpath(path) -> str:
 
 
 def resolve_recorded(path, results_dir=None) -> pathlib.Path:
-  """The file a result names (`record_relpath`'s form or an older absolute one):
-  a relative path is under `results_dir`, the folder the run was trained into."""
+  """The file a result names, in `record_relpath`'s form or as an absolute path.
+
+  Args:
+    path: the recorded path.
+    results_dir: the folder the run was trained into, under which a relative `path` lies;
+      None: `path` is returned as it is.
+  """
   path = pathlib.Path(path)
   if path.is_absolute() or results_dir is None:
     return path
@@ -401,7 +527,12 @@ def resolve_recorded(path, results_dir=None) -> pathlib.Path:
 
 
 def record_heuristic(h: LambdaHeuristic, schedule_steps: int) -> Dict[str, Any]:
-  """The heuristic's settings a record is keyed by."""
+  """The heuristic's settings a record is keyed by, for a schedule of `schedule_steps`.
+
+  Returns:
+    {"reading", "calibration_step", "window_steps", "calibration_seeds"}, and for the
+    constant reading "band" and "max_trials".
+  """
   out = {"reading": h.reading, "calibration_step": h.calibration_step(schedule_steps),
          "window_steps": h.window_steps(schedule_steps),
          "calibration_seeds": list(h.seeds)}
@@ -411,10 +542,19 @@ def record_heuristic(h: LambdaHeuristic, schedule_steps: int) -> Dict[str, Any]:
 
 
 def continuation_state(record: Mapping[str, Any], entry: Mapping[str, Any]) -> Optional[str]:
-  """The saved state at the calibration step that G-ForgetNet's run of `entry`'s seed (an
-  item of record["seeds"]) begins with, as the record names it: schedule reading, the
-  λ = 0 run's (no penalty before the switch); constant reading, the chosen search trial's,
-  when its λ is the record's (the median over seeds may be another seed's)."""
+  """The saved state at the calibration step that G-ForgetNet's run of a seed begins with.
+
+  Schedule reading: the λ = 0 run's state (no penalty before the switch).  Constant
+  reading: the chosen search trial's, only where its λ is the record's (the median over
+  seeds may be another seed's).
+
+  Args:
+    record: the calibration record.
+    entry: the seed's item of `record["seeds"]`.
+
+  Returns:
+    The state's path as the record names it, or None.
+  """
   if record["reading"] == "schedule":
     return entry.get("final_state")
   if math.isclose(entry["lambda"], record["lambda"], rel_tol=1e-12):
@@ -434,15 +574,28 @@ class Continuation:
 def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
                  penalty_start: int, lambda_constant: bool = True,
                  results_dir=None) -> Optional[Continuation]:
-  """The calibration state a run of `seed` (λ = `lam` from `penalty_start`; its λ from
-  the record `record_info` names, load_lambda's info) continues from, or None.
+  """The calibration state a run of `seed` continues from, or None: it starts at step 0.
 
-  It continues only where its training up to the calibration step is that run's:
-  schedule reading, penalty off until the calibration step, as in the λ = 0 run;
-  constant reading, penalty on from step 0 with the record's λ, one value
-  throughout (`lambda_constant`: no ramp, no adaptation), as in the chosen trial
-  (continuation_state says which state, and that it exists).  `results_dir`: the
-  folder the run trains into, under which a relative record path lies (`resolve_recorded`).
+  It continues only where its training up to the calibration step is that run's: schedule
+  reading, penalty off until the calibration step, as in the λ = 0 run; constant reading,
+  penalty on from step 0 with the record's λ, one value throughout (no ramp, no
+  adaptation), as in the chosen trial.  The state must exist (`continuation_state` says
+  which).
+
+  Args:
+    record_info: the run's λ provenance (`load_lambda`'s), which names the record.
+    seed: the run's seed.
+    lam: the run's λ.
+    penalty_start: the run's first penalised step.
+    lambda_constant: whether the run's λ is one value throughout.
+    results_dir: the folder the run trains into, under which a relative record path lies
+      (`resolve_recorded`).
+
+  Returns:
+    The `Continuation` (its λ 0.0 under the schedule reading, else `lam`), or None.
+
+  Raises:
+    CalibrationError: the record is unusable (`read_record`).
   """
   reading, step = record_info["reading"], int(record_info["calibration_step"])
   if penalty_start != (step if reading == "schedule" else 0):
@@ -462,8 +615,12 @@ def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
 
 
 def read_records(results_dir) -> Dict[Tuple[str, str], Any]:
-  """(reading, algorithm) -> record, or the CalibrationError of an unusable one; the
-  reading is `<reading>-<scope>` for a net of another history scope than the default."""
+  """Every calibration record under `results_dir`, read.
+
+  Returns:
+    (reading, algorithm) -> the record, or the `CalibrationError` of an unusable one; the
+    reading is `<reading>-<scope>` for a net of another history scope than the default.
+  """
   out = {}
   root = calibration_root(results_dir)
   folders = [root / r for r in READINGS] + sorted(
@@ -478,6 +635,7 @@ def read_records(results_dir) -> Dict[Tuple[str, str], Any]:
 
 
 def format_records(results_dir) -> str:
+  """The records under `results_dir` as text for calibrate --show: one line each (or "none")."""
   records = read_records(results_dir)
   if not records:
     return f"no λ calibration records under {calibration_root(results_dir)}"

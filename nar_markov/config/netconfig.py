@@ -1,4 +1,4 @@
-"""The net's configuration: history policy and architecture, a gin-configurable dataclass without jax."""
+"""The net's configuration (history policy, architecture): a gin-configurable dataclass, no jax."""
 
 from __future__ import annotations
 
@@ -30,10 +30,16 @@ FAST_PROCESSORS = ("triplet_gmpnn", "triplet_mpnn")
 class NetConfig:
   """The net: its history policy and architecture (gin: ``NetConfig.*``).
 
-  `history` is what tells the paper's three models apart (baseline 'full',
-  ForgetNet 'none', G-ForgetNet 'gated'; gin/baseline.gin, gin/forget.gin,
-  gin/gforget.gin bind it).  The other defaults are the paper's pipeline
-  (Ibarz et al. 2022): Triplet-GMPNN, hidden 128, 8 triplet features.
+  `history` is what tells the paper's three models apart (baseline 'full', ForgetNet
+  'none', G-ForgetNet 'gated'; gin/baseline.gin, gin/forget.gin, gin/gforget.gin bind it).
+  The other defaults are the paper's pipeline (Ibarz et al. 2022): Triplet-GMPNN, hidden
+  128, 8 triplet features.  The comments beside the fields say what each means.
+
+  Raises:
+    ValueError: on construction, for a history, history_scope, decoder_input or impl
+      outside `HISTORY_POLICIES`, `HISTORY_SCOPES`, `DECODER_INPUTS` or `IMPLS`,
+      hidden_size <= 0, nb_msg_passing_steps < 1, xla_heap_mib < 0, gate_mlp_layers < 1,
+      or impl 'fast' for a processor outside `FAST_PROCESSORS`.
   """
   hidden_size: int = 128
   history: str = "full"
@@ -102,5 +108,6 @@ class NetConfig:
 
   @property
   def fast(self) -> bool:
+    """Whether the fast net computes it: impl 'fast', or 'auto' on a `FAST_PROCESSORS` processor."""
     return self.impl == "fast" or (self.impl == "auto" and
                                    self.processor in FAST_PROCESSORS)

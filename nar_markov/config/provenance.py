@@ -29,8 +29,13 @@ def _git(*args: str) -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def code_version() -> Dict[str, Union[str, bool, None]]:
-  """{"commit": HEAD's hash or None, "dirty": whether `git status --porcelain` lists
-  anything (None without a commit)}."""
+  """The git commit of this package's checkout and whether it is dirty, read once per process.
+
+  Returns:
+    {"commit": HEAD's hash, or None outside a git checkout, without git or when git does
+    not answer; "dirty": whether `git status --porcelain` lists anything, None without a
+    commit or when that fails}.
+  """
   head = _git("rev-parse", "HEAD")
   if not head or not head.strip():
     return {"commit": None, "dirty": None}

@@ -24,24 +24,46 @@ MARKOV_MAX_GATE_NORM = 0.1    # ||g * h(t-1)||/sqrt(d) at the tested checkpoint,
 
 
 def markov_in_effect(scope: str, delta: float, changed: float, gate_norm: float) -> bool:
-  """The rule above: `scope` the net's history scope, `delta` its test score with the
-  history zeroed minus as trained, `changed` the share of predictions that change,
-  `gate_norm` its gate norm on the same split."""
+  """Whether a run is Markov in effect at test time, by the rule above.
+
+  True when `scope` is `MARKOV_SCOPE`, |delta| < `MARKOV_MAX_DELTA`, changed <
+  `MARKOV_MAX_CHANGED` and gate_norm < `MARKOV_MAX_GATE_NORM`.
+
+  Args:
+    scope: the net's history scope (NetConfig.history_scope).
+    delta: its test score with the history zeroed minus as trained (a fraction).
+    changed: the share of output predictions that change with the history zeroed.
+    gate_norm: its gate norm on the same split.
+  """
   return (scope == MARKOV_SCOPE and abs(delta) < MARKOV_MAX_DELTA
           and changed < MARKOV_MAX_CHANGED and gate_norm < MARKOV_MAX_GATE_NORM)
 
 
 def zeroed_config(net_config: Mapping[str, Any]) -> Dict[str, Any]:
-  """`net_config` with h(t-1) replaced by zeros in every consumer (processor input, update
-  residual, decoder): ForgetNet's forward pass (Eq. 3) on the same weights; a G-ForgetNet's
-  gate weights go unused."""
+  """`net_config` with h(t-1) replaced by zeros in every consumer.
+
+  History 'none' under `MARKOV_SCOPE` (processor input, update residual, decoder):
+  ForgetNet's forward pass (Eq. 3) on the same weights; a G-ForgetNet's gate weights go
+  unused.
+  """
   return dict(net_config, history="none", history_scope=MARKOV_SCOPE)
 
 
 def tested_checkpoint_problem(meta: Mapping[str, Any], result: Mapping[str, Any]
                               ) -> Optional[str]:
-  """Why params.npz (its `meta`) is not the checkpoint whose score is `result`'s
-  test_score (run.py's first best: `val_best_step`), or None when it is."""
+  """Why a params.npz is not the checkpoint whose score is the run's test_score, or None.
+
+  The tested checkpoint is run.py's first best: result.json's `val_best_step`, which must
+  agree with selection.first_best.step where that is recorded.
+
+  Args:
+    meta: the params file's metadata (`params_io.load_params`): its "step" and, where
+      kept, "test_score".
+    result: the run's parsed result.json (empty or None: there is none).
+
+  Returns:
+    One line saying what disagrees, or None when params.npz is the tested checkpoint.
+  """
   if not result:
     return "no result.json says which checkpoint was tested"
   tested = result.get("val_best_step")
@@ -59,9 +81,20 @@ def tested_checkpoint_problem(meta: Mapping[str, Any], result: Mapping[str, Any]
 
 def as_the_run_was_tested(result: Mapping[str, Any], entry: Mapping[str, Any],
                           split_size: int) -> Optional[Tuple[bool, str]]:
-  """(whether `entry`, a score of the test split, was scored as the run's own test was,
-  a line saying so); None for a run whose result.json records no settings or score.
-  The run tested the first `Protocol.test_max_samples` samples of the split (all: None)."""
+  """Whether a score of the test split was made on the samples the run's own test used.
+
+  The run tested the first `Protocol.test_max_samples` samples of the split (all of them
+  where that is None); the entry must have that many.
+
+  Args:
+    result: the run's parsed result.json.
+    entry: a score of the test split, with "num_samples" and "nb_nodes".
+    split_size: the number of samples in the test split.
+
+  Returns:
+    (whether it was, a line saying so); None for a run whose result.json records no
+    settings or no test_score.
+  """
   settings, score = result.get("settings"), result.get("test_score")
   if not isinstance(settings, dict) or score is None:
     return None
@@ -82,8 +115,18 @@ MARKOV_FIELDS = ("score", "score_history_zeroed", "delta", "predictions_changed"
 
 
 def markov_record(out: Mapping[str, Any], entry: Mapping[str, Any]) -> Dict[str, Any]:
-  """The run's markov.json (runs.MARKOV_NAME): `entry`, the official test split scored as
-  the run was tested with "markov", of `out` (evaluate_run's answer)."""
+  """The run's markov.json record (`runs.MARKOV_SCHEMA`, written to `runs.MARKOV_NAME`).
+
+  Args:
+    out: evaluate_run's answer (model, algorithm, seed, history, history_scope, step,
+      result_test_score).
+    entry: its score of the official test split as the run was tested, with "markov"
+      (the `MARKOV_FIELDS` and markov_in_effect).
+
+  Returns:
+    The record: the run, the split, the measures, the rule's thresholds, whether the score
+    reproduces result.json's test_score, and the code version that measured it.
+  """
   m = entry["markov"]
   return {
       "schema": runs.MARKOV_SCHEMA,
@@ -104,9 +147,13 @@ REPLAY_KEYS = ("model", "algorithm", "seed", "val_best_step", "test_score")
 
 
 def missing_params(run_dir) -> Optional[str]:
-  """Why `run_dir` has nothing to score, in one line (None where its params.npz is there):
-  no such folder; a run without params.npz (git keeps none: a committed run) -- replay it,
-  on the CPU kind that trained it for the bit-exact replay --record-for needs."""
+  """Why `run_dir` has no parameters to score, in one line; None where its params.npz is there.
+
+  No such folder (or a file); neither params.npz nor a readable result.json (not a run
+  folder); or a run without params.npz (git keeps none: a committed run), with how to
+  replay it -- on the CPU kind that trained it (result.json's device.host_cpu), which the
+  bit-exact replay --record-for needs.
+  """
   folder = pathlib.Path(run_dir)
   if not folder.is_dir():
     return f"no run folder {run_dir}" + (" (a file)" if folder.exists() else "")
@@ -132,8 +179,17 @@ def result_of(run_dir) -> Optional[dict]:
 
 
 def replay_problem(run: Mapping[str, Any], replay: Mapping[str, Any]) -> Optional[str]:
-  """Why `replay` (a replay's result.json) is not `run` (the result.json of the run it
-  replays) trained again to the bit, or None when it is."""
+  """Why `replay` is not the run it replays trained again to the bit, or None when it is.
+
+  A replay is the run again when the run has a test_score and both agree on `REPLAY_KEYS`.
+
+  Args:
+    run: the run's parsed result.json (empty or None: it has none).
+    replay: the replay's parsed result.json.
+
+  Returns:
+    One line naming what differs, or None.
+  """
   if not run:
     return "it has no readable result.json"
   differ = [f"{k} {replay.get(k)!r} (the run: {run.get(k)!r})" for k in REPLAY_KEYS
@@ -147,11 +203,25 @@ def replay_problem(run: Mapping[str, Any], replay: Mapping[str, Any]) -> Optiona
 
 def write_markov_record(run_dir, out: Mapping[str, Any], log=print, record_for=None,
                         replay: Optional[Mapping[str, Any]] = None) -> Optional[pathlib.Path]:
-  """Write `<run_dir>/markov.json` from `out` if it scored the test split as the run was
-  tested with "markov" (else say why not); its path, or None. `record_for`: the run that
-  `run_dir` replays (`replay_problem` is None), into which the record goes instead, naming
-  the replay it was measured on; `replay`: `run_dir`'s result.json as already read (read
-  here when not given)."""
+  """Writes markov.json from `out` where it scored the test split as the run was tested.
+
+  The first score of `out["scores"]` marked "as_tested" with a "markov" measurement is
+  recorded (`markov_record`), atomically; where there is none, nothing is written and `log`
+  says why.
+
+  Args:
+    run_dir: the run folder that was scored.
+    out: evaluate_run's answer.
+    log: prints one line.
+    record_for: the run that `run_dir` replays; the record then goes into its folder
+      instead, with "parameters_from" naming the replay.  The caller checks first that
+      `replay_problem` is None.
+    replay: `run_dir`'s parsed result.json if already read (else read here); used only with
+      `record_for`.
+
+  Returns:
+    The path written, or None.
+  """
   tested = [e for e in out["scores"] if e.get("as_tested") and "markov" in e]
   if not tested:
     log(f"  {runs.MARKOV_NAME} not written: only the official test split scored as the run "

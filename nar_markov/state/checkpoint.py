@@ -1,11 +1,11 @@
-"""A seed's training state, typed, and its checkpoint: saving, resuming, older checkpoints, continuing a calibration.
+"""A seed's training state, typed, and its checkpoint: saving, resuming, continuing a calibration.
 
 `SeedState` is everything of one seed's training except its parameters, optimizer state
 and data streams, which travel beside it.  On disk it is the dict `state_files.write_state`
-stores (no pickle; the keys every checkpoint of the one loop has had), so a checkpoint
-written by an earlier version resumes here and one written here resumes there.  A
-G-ForgetNet run whose λ comes from a calibration record starts from that calibration's
-saved state (`resume`; lambda_heuristic.continuation says which).  Imports no jax.
+stores (no pickle), format `FORMAT`; `SeedState.from_state` also reads such dicts that lack
+the entries of λ adaptation and of the last-at-best selection.  A G-ForgetNet run whose λ
+comes from a calibration record starts from that calibration's saved state (`resume`;
+lambda_heuristic.continuation says which).  Imports no jax.
 """
 
 from __future__ import annotations
@@ -52,13 +52,27 @@ class SeedState:
 
   @classmethod
   def new(cls, algorithms: Sequence[str], definitions: List[Dict[str, Any]]) -> "SeedState":
+    """A seed's state before its first step: empty curves, no selection, no λ adapted.
+
+    Args:
+      algorithms: the job's algorithms, in the net's order.
+      definitions: their run definitions (with the seed), one per algorithm.
+    """
     return cls(algorithms=list(algorithms), definitions=definitions,
                curves=[empty_curves() for _ in algorithms], selection=Selection(),
                lambdas=LambdaSchedule.start(len(algorithms)))
 
   def to_state(self, params, opt_leaves: Sequence[Any], streams: Sequence[Any]) -> Dict[str, Any]:
-    """The dict a checkpoint stores, with the parameters, the optimizer state's leaves
-    and the streams' states."""
+    """The dict a checkpoint stores: this state and the arrays that travel beside it.
+
+    Args:
+      params: the parameters.
+      opt_leaves: the optimizer state's leaves.
+      streams: each train stream's state dict.
+
+    Returns:
+      A dict for `state_files.write_state`, format `FORMAT`; "continued_from" only where set.
+    """
     out = {"format": FORMAT, "algorithms": self.algorithms, "step": self.step,
            **self.selection.state(), "curves": self.curves, "train_time_s": self.train_time_s,
            "eval_time_s": self.eval_time_s, "diverged_step": self.diverged_step,
@@ -71,9 +85,11 @@ class SeedState:
 
   @classmethod
   def from_state(cls, state: Mapping[str, Any]) -> "SeedState":
-    """A checkpoint's dict as a SeedState.  Older ones: without lambda_now and
-    lambda_updates (written before λ adapted: none adapted), without the last-at-best
-    selection (Selection.from_state)."""
+    """A checkpoint's dict (`to_state`'s layout) as a SeedState, without params, opt_state, streams.
+
+    A dict without "lambda_now" or "lambda_updates" reads as no λ adapted; one without the
+    last-at-best selection gets it from its curves (`Selection.from_state`).
+    """
     n = len(state["algorithms"])
     lambdas = LambdaSchedule(now=list(state.get("lambda_now") or [None] * n),
                              updates=list(state.get("lambda_updates") or [[] for _ in range(n)]))
@@ -94,14 +110,26 @@ class Saved:
 
 
 def save(path: pathlib.Path, state: SeedState, params, opt_leaves, streams) -> None:
-  """Write a checkpoint (or a calibration's final state) atomically (state_files.write_state)."""
+  """Writes a checkpoint (or a calibration's final state) atomically (`state_files.write_state`).
+
+  Args:
+    path: the file.
+    state: the seed's state.
+    params: the parameters.
+    opt_leaves: the optimizer state's leaves.
+    streams: each train stream's state dict.
+  """
   state_files.write_state(path, state.to_state(params, opt_leaves, streams))
 
 
 def load(path: pathlib.Path) -> Optional[Dict[str, Any]]:
-  """The state dict saved at `path` (state_files.read_state: no code is executed on load); None
-  where there is none, or it was cut short by a kill (then it is moved aside, kept, and
-  the run starts over)."""
+  """The state dict saved at `path`, read without executing code (`state_files.read_state`).
+
+  Returns:
+    The dict; None where there is no file, or where it does not read (cut short by a kill):
+    then it is moved aside (`runs.move_aside`, kept), a warning is logged, and the run
+    starts from step 0.
+  """
   if not path.exists():
     return None
   try:
@@ -114,8 +142,21 @@ def load(path: pathlib.Path) -> Optional[Dict[str, Any]]:
 
 def check_resume(state: Mapping[str, Any], path: pathlib.Path,
                  expected: Sequence[Mapping[str, Any]]) -> None:
-  """A checkpoint continues only the job it was written for; a mismatch is an error
-  that names the settings, and the checkpoint is kept."""
+  """Refuses a checkpoint written for another job; the checkpoint is kept either way.
+
+  A checkpoint that records no definitions is resumed unchecked (a warning is logged),
+  unless its step is past the run's train_steps.  A recorded definition without a "history"
+  key is compared as if it had the expected one.
+
+  Args:
+    state: the checkpoint's dict (`load`).
+    path: its file, for the messages.
+    expected: the job's definitions, one per algorithm, with the seed.
+
+  Raises:
+    ValueError: a format other than `FORMAT`, other algorithms, a step past train_steps
+      (no definitions recorded), or definitions that differ (the message names them).
+  """
   if state.get("format") != FORMAT:
     raise ValueError(f"checkpoint {path} has format {state.get('format')!r}, this code reads "
                      f"{FORMAT}; the checkpoint is kept: use another results_dir or move it aside")
@@ -147,9 +188,20 @@ def check_resume(state: Mapping[str, Any], path: pathlib.Path,
 
 def calibration_prefix(tasks: Sequence[runspec.Task], seed: int,
                        results_dir) -> Optional[lambda_heuristic.Continuation]:
-  """The calibration run's saved state this seed's training continues from, if any
-  (single-task G-ForgetNet with its λ from a calibration record; which state:
-  lambda_heuristic.continuation)."""
+  """The calibration run's saved state that this seed's training continues from, if any.
+
+  Only a single-task job whose λ comes from a calibration record, with the heuristic's
+  reuse_calibration_prefix on, continues one; `lambda_heuristic.continuation` decides
+  whether and from which state.
+
+  Args:
+    tasks: the job's tasks.
+    seed: the seed.
+    results_dir: the folder the job trains into (a relative record path lies under it).
+
+  Returns:
+    The `lambda_heuristic.Continuation`, or None.
+  """
   if len(tasks) != 1:
     return None
   task = tasks[0]
@@ -187,9 +239,24 @@ def _from_prefix(prefix: lambda_heuristic.Continuation, task: runspec.Task,
 
 def resume(path: pathlib.Path, tasks: Sequence[runspec.Task], seed: int,
            definitions: List[Dict[str, Any]], results_dir, name: str) -> Optional[Saved]:
-  """Where seed `seed` of a job on `tasks` (its `definitions`) starts: its own checkpoint
-  at `path`, else the calibration prefix it continues, else None (from scratch).
-  The state then records `definitions`."""
+  """Where seed `seed` of a job starts: its checkpoint, else a calibration prefix, else None.
+
+  Args:
+    path: the job's checkpoint file (an unreadable one is moved aside: `load`).
+    tasks: the job's tasks.
+    seed: the seed.
+    definitions: the job's definitions, one per task, with the seed; the returned state
+      records them.
+    results_dir: the folder the job trains into.
+    name: the run's name, for the log.
+
+  Returns:
+    The `Saved` state with its params, optimizer leaves and streams; None: from scratch.
+
+  Raises:
+    ValueError: the checkpoint or the calibration state is not this job's (`check_resume`),
+      or the calibration state is missing or not at the calibration step.
+  """
   state = load(path)
   if state is not None:
     check_resume(state, path, definitions)

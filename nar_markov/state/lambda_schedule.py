@@ -26,11 +26,18 @@ class LambdaSchedule:
 
   @classmethod
   def start(cls, nb_algorithms: int) -> "LambdaSchedule":
+    """A schedule for `nb_algorithms` algorithms with no λ adapted yet."""
     return cls([None] * nb_algorithms, [[] for _ in range(nb_algorithms)])
 
   def at(self, task: runspec.Task, step: int) -> np.float32:
-    """The penalty weight of train step `step` (0-based): 0 before the task's penalty
-    start, then its lambda (adapted: `adapt`), times the ramp's fraction."""
+    """The penalty weight of `task` at train step `step` (0-based).
+
+    0 before `task.penalty_start`; from there the task's λ (as adapted, else `task.lam`),
+    times min(1, (step - penalty_start + 1) / ramp_steps) where `GatePenalty.ramp_steps` > 0.
+
+    Returns:
+      The weight, a numpy float32 scalar.
+    """
     if step < task.penalty_start:
       # A numpy scalar: no eager conversion to compile, one compiled step for both.
       return np.float32(0.0)
@@ -43,10 +50,20 @@ class LambdaSchedule:
 
   def adapt(self, tasks: Sequence[runspec.Task], step: int,
             curves: Sequence[Mapping[str, Any]], name: str) -> None:
-    """GatePenalty.adaptive_every_steps: every N steps after the penalty start,
-    lambda = lambda_scale * L / G over those N steps' logged losses (at most
-    adaptive_max_scale times the lambda it started from).  Called after the losses
-    up to `step` are in `curves` (one per algorithm); `name` is the run's, for the log."""
+    """Adapts the λ of each task whose `GatePenalty.adaptive_every_steps` is due at `step`.
+
+    Due N = adaptive_every_steps steps after the task's last update (or its penalty start),
+    for a task with a penalty and λ != 0: λ = lambda_scale * L / G over the train entries
+    logged in (due - N, step] (L: output plus hint loss, G: gate term; their means), capped
+    at adaptive_max_scale times the task's resolved λ (the cap also where G is not > 0).  Each
+    update is logged and appended to `updates`; without logged entries nothing changes.
+
+    Args:
+      tasks: the job's tasks.
+      step: the step just trained; its losses are already in `curves`.
+      curves: the curves, one per algorithm (indexed by `task.index`).
+      name: the run's name, for the log.
+    """
     for task in tasks:
       p = task.penalty
       if p is None or p.adaptive_every_steps is None or task.lam == 0:

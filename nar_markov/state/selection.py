@@ -1,7 +1,7 @@
-"""Which parameters a run keeps and tests: dm-clrs run.py's first best, the last best, the final step.
+"""Which parameters a run keeps and tests: run.py's first best, the last best, the final step.
 
-`test_score` in result.json is the first rule's (run.py's: the first evaluation and every
-strict improvement of the mean validation score); the parameters of the other rules are
+`test_score` in result.json is the first rule's (dm-clrs run.py's: the first evaluation and
+every strict improvement of the mean validation score); the parameters of the other rules are
 tested beside it and reported in result.json's "selection", never used to pick anything.
 Imports no jax: the training loop hands over host copies of the parameters.
 """
@@ -29,8 +29,19 @@ class Selection:
   other_tests: Dict[str, Any] = dataclasses.field(default_factory=dict)   # rule -> its test
 
   def observe(self, step: int, scores: List[float], host_params: Callable[[], Any]) -> float:
-    """A validation at `step` (a score per algorithm); returns their mean.  `host_params`
-    gives the parameters as host arrays, called only when they are kept."""
+    """Records a validation at `step` and keeps the parameters each rule selects.
+
+    First best (dm-clrs run.py's rule): the first validation and each strict improvement of
+    the mean score.  Last best: the last validation whose mean is at least the best.
+
+    Args:
+      step: the step validated.
+      scores: the validation score of each algorithm.
+      host_params: returns the parameters as host arrays; called only when they are kept.
+
+    Returns:
+      The mean of `scores`.
+    """
     mean = float(np.mean(scores))
     # dm-clrs run.py keeps the first evaluation and any strict improvement
     # (of the sum of the algorithms' scores; the mean selects the same).
@@ -45,9 +56,17 @@ class Selection:
 
   def test_others(self, final_step: int, final_params,
                   test: Callable[[Any], Dict[str, Any]]) -> None:
-    """Test (`test`: params -> algorithm -> result) the parameters of the other rules where
-    they differ from run.py's: the last step that validates at the best, and the final
-    step (`final_params`; None for a diverged run)."""
+    """Tests the parameters of the other rules where they differ from the first best's.
+
+    The rules are "last_best" (the last step that validates at the best) and "final".  A rule
+    already tested, without a step or parameters, or at the first best's step is skipped; one
+    at the step of a rule already tested reuses that test.
+
+    Args:
+      final_step: the last step trained.
+      final_params: the parameters there; None for a diverged run.
+      test: params -> {algorithm: its test result, with "score"}.
+    """
     candidates = {"last_best": (self.last_best_step, self.last_best_params),
                   "final": (final_step, final_params)}
     for rule, (step, params) in candidates.items():
@@ -57,8 +76,16 @@ class Selection:
       self.other_tests[rule] = same[0] if same else {"step": int(step), "test": test(params)}
 
   def record(self, algorithm: str, final_step: Optional[int]) -> Dict[str, Any]:
-    """result.json's "selection" of `algorithm`: the test score under each rule, run.py's
-    first (`final_step`: None for a diverged run)."""
+    """result.json's "selection" of `algorithm`: the test score under each rule.
+
+    Args:
+      algorithm: the algorithm.
+      final_step: the last step trained; None for a diverged run.
+
+    Returns:
+      {"rule": "first_best"} and for each of `RULES` {"step", "test_score"}; a rule at the
+      first best's step has its score, a rule not tested a test_score of None.
+    """
     test_res = self.test_results.get(algorithm)
     out = {"rule": RULES[0], RULES[0]: {
         "step": self.best_step, "test_score": None if test_res is None else test_res["score"]}}
@@ -73,7 +100,12 @@ class Selection:
     return out
 
   def state(self) -> Dict[str, Any]:
-    """The checkpoint's entries (their keys as checkpoints have always had them)."""
+    """The selection's entries in a checkpoint.
+
+    Returns:
+      best_val, best_step, best_params, best_scores, test_results, last_best_step and
+      last_best_params; "selection_tests" (the other rules' tests) only where there is one.
+    """
     out = {"best_val": self.best_val, "best_step": self.best_step,
            "best_params": self.best_params, "best_scores": self.best_scores,
            "test_results": self.test_results, "last_best_step": self.last_best_step,
@@ -84,8 +116,12 @@ class Selection:
 
   @classmethod
   def from_state(cls, state: Mapping[str, Any]) -> "Selection":
-    """The selection of a checkpoint's `state`; one saved before the last-at-best rule was
-    kept gets it from its curves (`_last_best_of_older_state`)."""
+    """The selection of a checkpoint's `state` (the keys of `state()`, and its "curves").
+
+    A state without "last_best_step" gets the last-at-best rule from its curves: the first
+    best's step and parameters where no later validation reaches the best mean, else None
+    (unknown).
+    """
     last = (_last_best_of_older_state(state) if "last_best_step" not in state else
             {k: state[k] for k in ("last_best_step", "last_best_params")})
     return cls(best_val=state["best_val"], best_step=state["best_step"],

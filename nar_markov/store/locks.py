@@ -20,7 +20,7 @@ from nar_markov.store import runs
 
 
 class LockHeld(RuntimeError):
-  """Another process holds the lock (a run being trained elsewhere)."""
+  """Another process holds the lock; the message names the holder (pid, host, since when)."""
 
 
 def _holder(f) -> str:
@@ -58,11 +58,21 @@ def _acquire(path: pathlib.Path, wait: bool, on_wait=None):
 
 @contextlib.contextmanager
 def run_lock(run_folder):
-  """Held while a run trains; raises LockHeld at once if another process holds it.
+  """Holds the run lock of `run_folder` while a run trains; refuses at once, never waits.
 
-  Refusing (not waiting) is the choice: two trainers of one run mean two jobs
-  for one run, and the second should end now rather than hold a Slurm slot
-  until the first is done.
+  Two trainers of one run mean two jobs for one run: the second should end now rather
+  than hold a Slurm slot until the first is done.  The lock file (`runs.LOCK_NAME`)
+  records the holder's pid, host and start time; the lock is released when the context
+  exits or the process dies.
+
+  Args:
+    run_folder: the run folder (created if missing).
+
+  Yields:
+    The lock file's path.
+
+  Raises:
+    LockHeld: another process holds the lock; the message names the folder and the holder.
   """
   path = pathlib.Path(run_folder) / runs.LOCK_NAME
   try:
@@ -78,7 +88,16 @@ def run_lock(run_folder):
 
 @contextlib.contextmanager
 def sweep_lock(results_dir):
-  """Held while a sweep plans, writes its manifest and submits; a second sweep waits."""
+  """Holds the sweep lock of `results_dir` while a sweep plans, writes its manifest and submits.
+
+  A second sweep on the same results folder waits for the lock, saying so on stderr.
+
+  Args:
+    results_dir: the results folder; the lock file is `runs.SWEEP_LOCK` under it (created).
+
+  Yields:
+    The lock file's path.
+  """
   path = pathlib.Path(results_dir) / runs.SWEEP_LOCK
 
   def say(holder):

@@ -46,7 +46,19 @@ def _json_value(x):
 
 
 def flatten(params: Mapping[str, Mapping[str, Any]]) -> Dict[str, np.ndarray]:
-  """{'module/param': array} of haiku's {module: {param: array}}."""
+  """Flattens haiku params `{module: {param: array}}` to `{'module/param': np.ndarray}`.
+
+  Args:
+    params: haiku parameters; the values may be numpy or jax arrays.
+
+  Returns:
+    One numpy array per parameter, keyed `<module>/<param>`.
+
+  Raises:
+    TypeError: a module's value is not a mapping, or a parameter is an object array.
+    ValueError: a module name is empty or starts with '__', or a parameter name is empty
+      or contains '/'.
+  """
   flat = {}
   for module, module_params in params.items():
     if not isinstance(module_params, Mapping):
@@ -65,7 +77,19 @@ def flatten(params: Mapping[str, Mapping[str, Any]]) -> Dict[str, np.ndarray]:
 
 
 def unflatten(flat: Mapping[str, np.ndarray]) -> Dict[str, Dict[str, np.ndarray]]:
-  """Inverse of `flatten`: module names may contain '/', parameter names do not."""
+  """Inverse of `flatten`: splits each key at its last '/' into module and parameter name.
+
+  Module names may contain '/', parameter names do not.
+
+  Args:
+    flat: `{'module/param': array}`.
+
+  Returns:
+    `{module: {param: array}}`.
+
+  Raises:
+    ValueError: a key has no module part before its last '/'.
+  """
   params: Dict[str, Dict[str, np.ndarray]] = {}
   for key, value in flat.items():
     module, _, name = key.rpartition("/")
@@ -76,7 +100,20 @@ def unflatten(flat: Mapping[str, np.ndarray]) -> Dict[str, Dict[str, np.ndarray]
 
 
 def save_params(path, params, net_config: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-  """Write `params` (haiku params, numpy or jax arrays), `net_config` and `meta` to `path`."""
+  """Writes a params file atomically: one entry per parameter plus the JSON header entry.
+
+  `net_config` and `meta` are stored JSON-safe: numpy values as Python ones, non-finite
+  floats as null.
+
+  Args:
+    path: the file to write (its folder is created).
+    params: haiku params, numpy or jax arrays.
+    net_config: the net config as a dict (`dataclasses.asdict(NetConfig)`).
+    meta: free metadata (algorithm, model, seed, step, ...).
+
+  Raises:
+    TypeError, ValueError: `params` cannot be stored (`flatten`).
+  """
   path = pathlib.Path(path)
   arrays = flatten(params)
   header = json.dumps(
@@ -89,10 +126,17 @@ def save_params(path, params, net_config: Mapping[str, Any], meta: Mapping[str, 
 
 
 def load_params(path) -> Tuple[Dict[str, Dict[str, np.ndarray]], Dict[str, Any], Dict[str, Any]]:
-  """(params as {module: {param: np.ndarray}}, net_config dict, meta dict) of `path`.
+  """Reads a params file written by `save_params`, executing no code (no pickle).
 
-  UnreadableParams (a ValueError) for a file that is not ours, needs pickle (object
-  arrays) or was cut short.
+  Args:
+    path: the `.npz` file.
+
+  Returns:
+    (params as `{module: {param: np.ndarray}}`, the net config dict, the meta dict).
+
+  Raises:
+    UnreadableParams: not an npz file, cut short, an entry that needs pickle, no header
+      entry (`HEADER_KEY`), or a header of another format than `FORMAT`.
   """
   flat = {}
   try:

@@ -16,8 +16,9 @@ and the files that replay and re-score it read back (`run_file_problems`: ``conf
                     (`move_aside`, never deleted) and the run trained again;
   other             a valid result made with another definition (without one: another
                     run's, by the model, algorithm and seed of its folder), or one without
-                    a "settings" record (an older version): never counted as done, never
-                    silently retrained -- the sweep refuses; `archive_run` moves it away.
+                    a "settings" record, whose settings cannot be checked: never counted
+                    as done, never silently retrained -- the sweep refuses; `archive_run`
+                    moves it away.
 
 Training-state files (checkpoints): nar_markov.store.state_files; the locks on run and results
 folders: nar_markov.store.locks.
@@ -88,25 +89,36 @@ MULTITASK_JOB_DIR = "_multitask"  # checkpoints of multi-task jobs (several algo
 
 
 def run_dir(results_dir, model: str, algorithm: str, seed: int) -> pathlib.Path:
+  """The run folder `<results_dir>/<model>/<algorithm>/seed<seed>` (a path; nothing is created)."""
   return pathlib.Path(results_dir) / model / algorithm / f"seed{int(seed)}"
 
 
 def multitask_job_dir(results_dir, model: str, seed: int) -> pathlib.Path:
-  """Folder of a multi-task job's checkpoint (one processor, several algorithms,
-  one seed); its results go to each algorithm's `run_dir`."""
+  """The checkpoint folder of a multi-task job: `<results_dir>/_multitask/<model>/seed<seed>`.
+
+  A multi-task job trains one processor on several algorithms with one seed; its results go
+  to each algorithm's `run_dir`.
+  """
   return pathlib.Path(results_dir) / MULTITASK_JOB_DIR / model / f"seed{int(seed)}"
 
 
 def job_folder(results_dir, model: str, algorithms: Sequence[str], seed: int) -> pathlib.Path:
-  """Where the job of `seed` keeps its checkpoint: the run folder of its one
-  algorithm, or for several the multi-task job folder (multitask_job_dir)."""
+  """Where the job of `seed` on `algorithms` keeps its checkpoint.
+
+  Returns:
+    The `run_dir` of its one algorithm, or for several the `multitask_job_dir`.
+  """
   if len(algorithms) == 1:
     return run_dir(results_dir, model, algorithms[0], seed)
   return multitask_job_dir(results_dir, model, seed)
 
 
 def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
-  """Write to a temp file in the same folder, fsync, then rename over `path`."""
+  """Writes `payload` to `path` atomically: a temp file in the same folder, fsync, rename.
+
+  The folder is created if missing, and the file gets mode 0644 (readable by a shared
+  group).  On any failure the temp file is removed and `path` is left as it was.
+  """
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -127,10 +139,20 @@ def atomic_write_bytes(path: pathlib.Path, payload: bytes) -> None:
 
 
 def result_problems(result: Any, algorithms: Optional[Iterable[str]] = None) -> List[str]:
-  """Why `result` (parsed JSON) is not a usable run's result; [] if it is.
+  """Why `result` (a parsed result.json) is not a usable run's result.
 
-  `algorithms`: the valid algorithm names, when the caller wants them checked
-  (the analysis does: CLRS-30's names).
+  Checks the required keys and their types (`REQUIRED`; a bool is not an int), the types of
+  the optional keys present (`OPTIONAL`), the schema tag, a final status, and a test_score
+  that is a fraction in [0, 1] (null only for a diverged run).
+
+  Args:
+    result: the parsed JSON.
+    algorithms: the valid algorithm names to check "algorithm" against (the analysis
+      passes CLRS-30's); None: not checked.
+
+  Returns:
+    One line per problem, [] for a usable result.  Where keys are missing or of the wrong
+    type, only those problems are returned.
   """
   if not isinstance(result, dict):
     return [f"top level is {type(result).__name__}, not an object"]
@@ -162,7 +184,12 @@ def result_problems(result: Any, algorithms: Optional[Iterable[str]] = None) -> 
 
 
 def read_result(path) -> Tuple[Optional[dict], List[str]]:
-  """(the parsed result, problems): (None, [why]) when it does not parse."""
+  """Reads and checks a result.json.
+
+  Returns:
+    (the parsed JSON, its `result_problems`), or (None, [why]) where the file does not
+    read or parse.
+  """
   try:
     result = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
   except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -172,8 +199,10 @@ def read_result(path) -> Tuple[Optional[dict], List[str]]:
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
-  """One run's result.json, typed; `as_json` lays it out in the schema (`result_problems`
-  reads it back).  The training loop fills it in; every key is said here."""
+  """One run's result.json, typed; `as_json` lays it out in the schema (`result_problems`).
+
+  The training loop fills it in; every key of result.json comes from a field here.
+  """
   model: str
   history: str                        # NetConfig.history
   algorithm: str
@@ -202,6 +231,14 @@ class RunRecord:
   multitask: Optional[Mapping[str, Any]] = None    # multitask_algorithms, _update, _val_mean_best
 
   def as_json(self) -> Dict[str, Any]:
+    """The result.json dict, schema `RESULT_SCHEMA`; not yet JSON-safe (`write_result` is).
+
+    Derives "status" ("diverged" where `diverged_step` is set, else "done"), "test_score" and
+    "test_scores" (null without a test), "wall_time_s" and "steps_per_s"; copies hidden_size,
+    batch_size, learning_rate, schedule_steps and train_lengths from the settings and the
+    code version's keys to the top level; adds "lambda_updates" and the multi-task keys only
+    where they are set.
+    """
     s, test = self.settings, self.test
     result = {
         "schema": RESULT_SCHEMA, "model": self.model, "history": self.history,
@@ -232,8 +269,10 @@ class RunRecord:
 
 
 def write_result(folder, record: RunRecord) -> None:
-  """Write `record` as `folder`/result.json, atomically, in JSON's values (no NaN, no
-  numpy types: util.jsonable)."""
+  """Writes `record` as `<folder>/result.json`, atomically.
+
+  Values are made JSON-safe first (`util.jsonable`: no NaN, no numpy types).
+  """
   atomic_write_bytes(pathlib.Path(folder) / RESULT_NAME,
                      json.dumps(util.jsonable(record.as_json()), indent=1).encode())
 
@@ -242,7 +281,7 @@ def write_result(folder, record: RunRecord) -> None:
 
 
 def normalize(value):
-  """A setting as compared: lists for tuples, ints for integral floats."""
+  """A setting as compared: tuples and lists as lists (recursively), integral floats as ints."""
   if isinstance(value, (list, tuple)):
     return [normalize(v) for v in value]
   if isinstance(value, float) and value.is_integer():
@@ -251,7 +290,10 @@ def normalize(value):
 
 
 def same_value(a, b) -> bool:
-  """Whether two settings are equal as compared (normalize; floats to 1e-12)."""
+  """Whether two settings are equal as compared: after `normalize`, numbers to 1e-12, else ==.
+
+  Numbers are compared with a relative tolerance of 1e-12; bools are compared by ==.
+  """
   a, b = normalize(a), normalize(b)
   if (isinstance(a, (int, float)) and isinstance(b, (int, float))
       and not isinstance(a, bool) and not isinstance(b, bool)):
@@ -261,14 +303,20 @@ def same_value(a, b) -> bool:
 
 def definition_mismatch(recorded: Mapping[str, Any], expected: Mapping[str, Any]
                         ) -> List[Tuple[str, Any, Any]]:
-  """(name, recorded, expected) for each defining value that differs.
+  """The defining values in which a recorded run differs from the definition expected of it.
 
-  `expected`: the run's definition (``runspec.run_definition``: model, algorithm,
-  seed, lambda_gate, lambda_reading, penalty_start_step, and "settings", a
-  dict compared key by key over the keys of both: a setting recorded only where
-  it differs from its default is absent on the side that has the default).  A
-  top-level key absent from `expected` is not compared (the sweep does not know
-  λ before its algorithm is calibrated).
+  Args:
+    recorded: the recorded run (a result.json, or a checkpoint's definition).
+    expected: the run's definition (``runspec.run_definition`` with the seed: model,
+      algorithm, history, seed, lambda_gate, lambda_reading, penalty_start_step, and
+      "settings").  Only its top-level keys are compared: one absent from it is not (the
+      sweep does not know λ before its algorithm is calibrated).  "settings" is compared
+      key by key over the keys of both sides; a key missing on one side is None there
+      (``runspec.run_settings`` records most settings only where they differ from their
+      defaults).
+
+  Returns:
+    (name, recorded value, expected value) for each value that differs (`same_value`).
   """
   out = []
   for key, want in expected.items():
@@ -285,6 +333,7 @@ def definition_mismatch(recorded: Mapping[str, Any], expected: Mapping[str, Any]
 
 def format_mismatch(diffs: Sequence[Tuple[str, Any, Any]], theirs: str = "result",
                     ours: str = "this run") -> str:
+  """`definition_mismatch`'s diffs in one line: `<key>: <theirs> <a>, <ours> <b>; ...`."""
   return "; ".join(f"{k}: {theirs} {a!r}, {ours} {b!r}" for k, a, b in diffs)
 
 
@@ -293,6 +342,12 @@ def format_mismatch(diffs: Sequence[Tuple[str, Any, Any]], theirs: str = "result
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
+  """What a check found, of a run's result (`check_result`) or a checkpoint (`check_checkpoint`).
+
+  `state` is done, diverged, missing, corrupt or other (of a checkpoint: missing, corrupt,
+  other or resume); `path` the file judged; `detail` why, in one line; `result` the parsed
+  result.json where it is valid (done, diverged, other).
+  """
   state: str                      # done | diverged | missing | corrupt | other (| resume)
   path: pathlib.Path              # the result.json (check_checkpoint: the checkpoint)
   detail: str = ""
@@ -300,18 +355,28 @@ class Verdict:
 
   @property
   def done(self) -> bool:
+    """Whether the run is finished: its state is "done" or "diverged"."""
     return self.state in FINAL_STATUSES
 
 
 def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None,
                  files: bool = True) -> Verdict:
-  """Whether the run in `run_folder` is done: THE test, for the sweep, --dry-run,
-  --status and run_experiment alike.
+  """Whether the run in `run_folder` is done.
 
-  `expected`: the run's definition (`definition_mismatch`); None checks the
-  result and that it is the run of its folder (``--status`` without gin files,
-  which knows no settings).  `files`: also check the files beside it
-  (`run_file_problems`); replay, which trains the run again, asks without.
+  The one test of done-ness: the sweep, --dry-run, --status and run_experiment all use it.
+
+  Args:
+    run_folder: the run folder, `<results>/<model>/<algorithm>/seed<k>`.
+    expected: the run's definition (`definition_mismatch`); a result without a "settings"
+      record is then "other", its settings cannot be checked.  None checks only that the
+      result is the run of its folder (`folder_run`), as ``--status`` without gin files does.
+    files: also check the files beside the result (`run_file_problems`); replay, which
+      trains the run again, passes False.
+
+  Returns:
+    A `Verdict` on `<run_folder>/result.json`: missing; corrupt (`result_problems`, or
+    `run_file_problems`); other (another definition); else the result's final status,
+    done or diverged.
   """
   path = pathlib.Path(run_folder) / RESULT_NAME
   if not path.exists():
@@ -345,8 +410,12 @@ _SEED_FOLDER = re.compile(r"seed(\d+)")
 
 
 def folder_run(run_folder) -> dict:
-  """The model, algorithm and seed a run folder `<model>/<algorithm>/seed<k>` is for
-  ({} for a folder not so named)."""
+  """The model, algorithm and seed a run folder `<model>/<algorithm>/seed<k>` is for.
+
+  Returns:
+    {"model", "algorithm", "seed"} from the path's last three parts; {} where the last part
+    is not `seed<k>`.
+  """
   folder = pathlib.Path(run_folder)
   m = _SEED_FOLDER.fullmatch(folder.name)
   if not m:
@@ -356,11 +425,20 @@ def folder_run(run_folder) -> dict:
 
 
 def run_file_problems(run_folder, result: Mapping[str, Any]) -> List[str]:
-  """Why the files beside a valid `result` do not let the run be replayed and
-  re-scored ([] if they do): its config.gin missing or empty; its params.npz (the
-  tested parameters) there but not reading back (cut short by a full disk or a kill).
-  A params.npz that is not there is no problem: git keeps none (the runs committed
-  under results/ have none, and are done), and replay makes it again."""
+  """Why the files beside a valid result do not let the run be replayed and re-scored.
+
+  Problems: config.gin missing, empty or unreadable; params.npz (the tested parameters)
+  there but not reading back (`params_problem`: cut short by a full disk or a kill).  A
+  params.npz that is not there is no problem: git keeps none (the runs committed under
+  results/ have none, and are done), and replay makes it again.
+
+  Args:
+    run_folder: the run folder.
+    result: the run's parsed result.json; not used by the checks.
+
+  Returns:
+    One line per problem; [] if there is none.
+  """
   folder = pathlib.Path(run_folder)
   problems = []
   try:
@@ -379,8 +457,13 @@ def run_file_problems(run_folder, result: Mapping[str, Any]) -> List[str]:
 
 def params_problem(path) -> Optional[str]:
   """Why `path` is not a whole parameters file (nar_markov.store.params_io), or None.
-  Reads its zip directory and header only, not its arrays: cheap enough for
-  --status over a whole sweep."""
+
+  Reads its zip directory and JSON header only, not its arrays: cheap enough for --status
+  over a whole sweep.  A file cut short has no zip directory (it is a zip's last part).
+
+  Returns:
+    One line (no file, no header, does not read back, another format), or None.
+  """
   path = pathlib.Path(path)
   try:
     # A zip's directory is its last part: a file cut short has none.
@@ -398,8 +481,17 @@ def params_problem(path) -> Optional[str]:
 
 
 def refuse_other_settings(verdicts) -> None:
-  """ValueError listing the results made with other settings (the trainers'
-  check before touching a run folder; the sweep lists them itself)."""
+  """Refuses run folders whose results were made with other settings (the trainers' check).
+
+  The trainers call it before touching a run folder; the sweep lists such results itself.
+
+  Args:
+    verdicts: the `Verdict`s of the runs (`check_result`).
+
+  Raises:
+    ValueError: some verdict is "other"; the message lists their paths and details, and
+      the ways out (another results_dir, or launch/sweep.py --archive-mismatched).
+  """
   other = [v for v in verdicts if v.state == "other"]
   if other:
     raise ValueError("results exist with other settings (not retrained, not "
@@ -413,7 +505,11 @@ def _stamp() -> str:
 
 
 def move_aside(path) -> pathlib.Path:
-  """A corrupt result (or any file) renamed to `<name>.corrupt-<timestamp>`, kept."""
+  """Renames `path` (a corrupt result, or any file) to `<name>.corrupt-<timestamp>`, kept.
+
+  Returns:
+    The new path.
+  """
   path = pathlib.Path(path)
   target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
   os.rename(path, target)
@@ -421,7 +517,15 @@ def move_aside(path) -> pathlib.Path:
 
 
 def archive_run(results_dir, run_folder) -> pathlib.Path:
-  """Move a whole run folder to `<results>/_archive/<timestamp>/<model>/<algorithm>/seed<k>`."""
+  """Moves a run folder to `<results_dir>/_archive/<timestamp>/`, under its relative path.
+
+  Args:
+    results_dir: the results folder; `run_folder` must lie under it.
+    run_folder: the run folder, e.g. `<results_dir>/<model>/<algorithm>/seed<k>`.
+
+  Returns:
+    The folder's new path.
+  """
   run_folder = pathlib.Path(run_folder)
   rel = run_folder.resolve().relative_to(pathlib.Path(results_dir).resolve())
   target = pathlib.Path(results_dir) / ARCHIVE_DIR / _stamp() / rel
@@ -431,9 +535,18 @@ def archive_run(results_dir, run_folder) -> pathlib.Path:
 
 
 def check_results_folder(results_dir) -> pathlib.Path:
-  """`results_dir`, resolved, where a sweep can write; else ValueError, one line: a
-  file, a parent that is missing (the folder itself may be new), or a folder
-  this user cannot write to (permissions, a read-only file system)."""
+  """`results_dir`, expanded and resolved, if a sweep can write there.
+
+  The folder itself may be new, but its parent must exist.
+
+  Returns:
+    The resolved path.
+
+  Raises:
+    ValueError: (one line) it is a file, its parent is not an existing folder, or it (or
+      its `_sweeps/` folder) is not writable by this user (permissions, a read-only file
+      system).
+  """
   path = pathlib.Path(results_dir).expanduser().resolve()
   if path.exists() and not path.is_dir():
     raise ValueError(f"{path} is a file, not a folder")
@@ -447,15 +560,22 @@ def check_results_folder(results_dir) -> pathlib.Path:
 
 
 def result_files(results_dir) -> List[pathlib.Path]:
-  """Every result.json under `results_dir`, sorted, except archived ones."""
+  """Every result.json under `results_dir`, sorted, except those under `_archive/`."""
   root = pathlib.Path(results_dir)
   return sorted(p for p in root.glob(f"**/{RESULT_NAME}")
                 if ARCHIVE_DIR not in p.relative_to(root).parts)
 
 
 def read_markov(run_folder) -> Optional[dict]:
-  """The run's markov.json, or None where there is none; ValueError (one line) for a file
-  that is not JSON or not the schema."""
+  """The run's markov.json (`MARKOV_NAME`), parsed and checked.
+
+  Returns:
+    The record, or None where the run folder has no markov.json.
+
+  Raises:
+    ValueError: (one line) the file does not read as JSON, or is not a `MARKOV_SCHEMA`
+      record.
+  """
   path = pathlib.Path(run_folder) / MARKOV_NAME
   if not path.is_file():
     return None

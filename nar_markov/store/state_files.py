@@ -25,10 +25,21 @@ STATE_FORMAT = "nar_markov.state/1"
 
 
 def write_state(path, state: Mapping[str, Any]) -> None:
-  """Write a training state (checkpoint) atomically as one .npz file: its arrays
-  as entries, everything else (dicts with str keys, lists, tuples, numbers,
-  strings, None) as one JSON entry.  `read_state` loads it without executing
-  code (no pickle: results folders may be shared); anything else is a TypeError."""
+  """Writes a training state (a checkpoint) atomically as one `.npz` file.
+
+  Numpy arrays and scalars become the file's entries; everything else is one JSON entry
+  (`__state__`, format tag `STATE_FORMAT`) that refers to them.  `read_state` loads it
+  back without pickle (results folders may be shared).
+
+  Args:
+    path: the file to write (its folder is created).
+    state: nested dicts (str keys not starting with '__'), lists, tuples, numpy arrays and
+      scalars, bools, ints, floats, strs and None.
+
+  Raises:
+    TypeError: a dict key that is not a str or starts with '__', or a value of another
+      type (a namedtuple among them).
+  """
   arrays = {}
 
   def encode(x):
@@ -57,9 +68,19 @@ def write_state(path, state: Mapping[str, Any]) -> None:
 
 
 def read_state(path, arrays: bool = True) -> Any:
-  """The state `write_state` wrote at `path` (np.load with allow_pickle=False);
-  ValueError for a file that is not one, or was cut short.  `arrays=False` reads
-  only its JSON part (arrays come back as None): cheap, for a look at its record."""
+  """Loads a state written by `write_state`, executing no code (`allow_pickle=False`).
+
+  Args:
+    path: the state file.
+    arrays: False reads only the JSON entry, and every array comes back as None: cheap,
+      for a look at its record.
+
+  Returns:
+    The state as written; tuples come back as tuples, numpy scalars as 0-d arrays.
+
+  Raises:
+    ValueError: the file is missing, unreadable or cut short, or not of `STATE_FORMAT`.
+  """
   try:
     with np.load(path, allow_pickle=False) as z:
       doc = json.loads(str(z["__state__"]))
@@ -84,15 +105,23 @@ def read_state(path, arrays: bool = True) -> Any:
 
 
 def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verdict:
-  """What the trainer will make of the checkpoint in `folder` (a run folder, or a
-  multi-task job's) for the job whose definitions are `expected` (one per
-  algorithm, with the seed), read without its arrays:
+  """What a trainer will make of the checkpoint in `folder`, read without its arrays.
 
-    missing   there is none;
-    corrupt   unreadable: the trainer moves it aside and trains from step 0;
-    other     written for other algorithms or settings: the trainer refuses it
-              and keeps it, so a job for it is bound to fail;
-    resume    the job will continue from it.
+  A recorded definition without a "history" key is compared as if it had the expected one.
+  The checkpoint's "format" is not checked here.
+
+  Args:
+    folder: a run folder, or a multi-task job's folder (`runs.job_folder`).
+    expected: the job's definitions (`runspec.run_definition` with the seed), one per
+      algorithm, in the job's order.
+
+  Returns:
+    A `runs.Verdict` on the checkpoint's path, its state one of
+      missing   there is none;
+      corrupt   unreadable: the trainer moves it aside and trains from step 0;
+      other     written for other algorithms or settings: the trainer refuses it and
+                keeps it, so a job for it is bound to fail;
+      resume    the job will continue from it (detail: from which step).
   """
   path = pathlib.Path(folder) / runs.CHECKPOINT_NAME
   if not path.exists():
