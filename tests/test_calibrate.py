@@ -260,6 +260,9 @@ def test_continuation_names_the_state_step_and_lambda_of_the_prefix(tmp_path, re
     path.write_text(json.dumps(record))
   state.unlink()
   assert lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start) is None
+  path.unlink()  # the record the run's λ came from, gone: one clear error, not a TypeError
+  with pytest.raises(lambda_heuristic.CalibrationError, match="is gone"):
+    lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start)
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"schema": "other"}'])

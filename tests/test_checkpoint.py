@@ -56,3 +56,15 @@ def test_a_checkpoint_of_another_format_is_refused_and_kept(tmp_path):
   state = dict(_state().to_state({}, [], []), format=1)
   with pytest.raises(ValueError, match="format 1"):
     checkpoint.check_resume(state, tmp_path / runs.CHECKPOINT_NAME, state["definitions"])
+
+
+def test_status_calls_a_checkpoint_of_another_format_other(tmp_path):
+  """What --status and the sweep say of a checkpoint (state_files.check_checkpoint) agrees
+  with what the trainer does (check_resume refuses another format): `other`, not `resume`."""
+  state = _state()
+  checkpoint.save(tmp_path / runs.CHECKPOINT_NAME, state, {}, [], [])
+  assert state_files.check_checkpoint(tmp_path, state.definitions).state == "resume"
+  state_files.write_state(tmp_path / runs.CHECKPOINT_NAME,
+                          dict(state.to_state({}, [], []), format=1))
+  verdict = state_files.check_checkpoint(tmp_path, state.definitions)
+  assert verdict.state == "other" and "format 1" in verdict.detail

@@ -595,12 +595,16 @@ def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
     The `Continuation` (its λ 0.0 under the schedule reading, else `lam`), or None.
 
   Raises:
-    CalibrationError: the record is unusable (`read_record`).
+    CalibrationError: the record is missing or unusable (`read_record`).
   """
   reading, step = record_info["reading"], int(record_info["calibration_step"])
   if penalty_start != (step if reading == "schedule" else 0):
     return None
-  record = read_record(resolve_recorded(record_info["record"], results_dir))
+  record_path = resolve_recorded(record_info["record"], results_dir)
+  record = read_record(record_path)
+  if record is None:
+    raise CalibrationError(f"calibration record {record_path}, which the run's lambda came "
+                           "from, is gone; restore it or recalibrate")
   if reading == "constant" and not (
       lambda_constant and math.isclose(lam, record["lambda"], rel_tol=1e-12)):
     return None

@@ -2,8 +2,8 @@
 
 `SeedState` is everything of one seed's training except its parameters, optimizer state
 and data streams, which travel beside it.  On disk it is the dict `state_files.write_state`
-stores (no pickle), format `FORMAT`; `SeedState.from_state` also reads such dicts that lack
-the entries of λ adaptation and of the last-at-best selection.  A G-ForgetNet run whose λ
+stores (no pickle), format `state_files.CHECKPOINT_FORMAT`; `SeedState.from_state` also
+reads such dicts that lack the entries of λ adaptation and of the last-at-best selection.  A G-ForgetNet run whose λ
 comes from a calibration record starts from that calibration's saved state (`resume`;
 lambda_heuristic.continuation says which).  Imports no jax.
 """
@@ -22,8 +22,6 @@ from nar_markov.store import runs
 from nar_markov.store import state_files
 from nar_markov.store import util
 
-# The one loop's checkpoints: a list per algorithm (curves, streams, definitions).
-FORMAT = 2
 
 
 def empty_curves() -> Dict[str, Dict[str, list]]:
@@ -71,9 +69,11 @@ class SeedState:
       streams: each train stream's state dict.
 
     Returns:
-      A dict for `state_files.write_state`, format `FORMAT`; "continued_from" only where set.
+      A dict for `state_files.write_state`, format `state_files.CHECKPOINT_FORMAT`;
+      "continued_from" only where set.
     """
-    out = {"format": FORMAT, "algorithms": self.algorithms, "step": self.step,
+    out = {"format": state_files.CHECKPOINT_FORMAT, "algorithms": self.algorithms,
+           "step": self.step,
            **self.selection.state(), "curves": self.curves, "train_time_s": self.train_time_s,
            "eval_time_s": self.eval_time_s, "diverged_step": self.diverged_step,
            "definitions": self.definitions, "lambda_now": self.lambdas.now,
@@ -154,12 +154,14 @@ def check_resume(state: Mapping[str, Any], path: pathlib.Path,
     expected: the job's definitions, one per algorithm, with the seed.
 
   Raises:
-    ValueError: a format other than `FORMAT`, other algorithms, a step past train_steps
-      (no definitions recorded), or definitions that differ (the message names them).
+    ValueError: a format other than `state_files.CHECKPOINT_FORMAT`, other algorithms, a
+      step past train_steps (no definitions recorded), or definitions that differ (the
+      message names them).
   """
-  if state.get("format") != FORMAT:
+  if state.get("format") != state_files.CHECKPOINT_FORMAT:
     raise ValueError(f"checkpoint {path} has format {state.get('format')!r}, this code reads "
-                     f"{FORMAT}; the checkpoint is kept: use another results_dir or move it aside")
+                     f"{state_files.CHECKPOINT_FORMAT}; the checkpoint is kept: use another "
+                     "results_dir or move it aside")
   recorded = state.get("definitions")
   if state.get("algorithms") != [d["algorithm"] for d in expected]:
     raise ValueError(

@@ -23,6 +23,10 @@ from nar_markov.store import runs
 # The format tag in every state file's JSON entry.
 STATE_FORMAT = "nar_markov.state/1"
 
+# The layout of a checkpoint's state dict (its "format"), which nar_markov.state.checkpoint
+# writes and is the only one a trainer resumes from.
+CHECKPOINT_FORMAT = 2
+
 
 def write_state(path, state: Mapping[str, Any]) -> None:
   """Writes a training state (a checkpoint) atomically as one `.npz` file.
@@ -108,7 +112,6 @@ def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verd
   """What a trainer will make of the checkpoint in `folder`, read without its arrays.
 
   A recorded definition without a "history" key is compared as if it had the expected one.
-  The checkpoint's "format" is not checked here.
 
   Args:
     folder: a run folder, or a multi-task job's folder (`runs.job_folder`).
@@ -119,8 +122,8 @@ def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verd
     A `runs.Verdict` on the checkpoint's path, its state one of
       missing   there is none;
       corrupt   unreadable: the trainer moves it aside and trains from step 0;
-      other     written for other algorithms or settings: the trainer refuses it and
-                keeps it, so a job for it is bound to fail;
+      other     of another format, or written for other algorithms or settings: the
+                trainer refuses it and keeps it, so a job for it is bound to fail;
       resume    the job will continue from it (detail: from which step).
   """
   path = pathlib.Path(folder) / runs.CHECKPOINT_NAME
@@ -131,6 +134,9 @@ def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verd
   except ValueError as e:
     return runs.Verdict("corrupt", path,
                         f"{e}; the job moves it aside and trains from step 0")
+  if state.get("format") != CHECKPOINT_FORMAT:
+    return runs.Verdict("other", path, f"checkpoint {path} has format {state.get('format')!r}, "
+                        f"this code reads {CHECKPOINT_FORMAT}")
   algorithms = [d["algorithm"] for d in expected]
   if state.get("algorithms") != algorithms:
     return runs.Verdict("other", path, f"checkpoint {path} is for algorithms "
