@@ -41,7 +41,7 @@ _installed = False
 
 
 def wants_verbose(argv: Optional[Sequence[str]] = None) -> bool:
-  """-v / --verbose in argv (default sys.argv), or NAR_MARKOV_VERBOSE=1."""
+  """Whether `argv` (None: sys.argv[1:]) has -v (-vv, ...) or --verbose, or NAR_MARKOV_VERBOSE=1."""
   argv = sys.argv[1:] if argv is None else argv
   flag = any(a == "--verbose" or re.fullmatch(r"-v+", a) for a in argv)
   return flag or os.environ.get(ENV_VERBOSE) == "1"
@@ -54,12 +54,18 @@ def add_flag(parser) -> None:
 
 
 def is_banner(line: str) -> bool:
+  """Whether `line` is one of the known start-up banners (`_BANNERS`)."""
   return bool(_BANNERS.search(line))
 
 
 @contextlib.contextmanager
 def filtered_stderr(drop: Callable[[str], bool] = is_banner) -> Iterator[None]:
-  """Captures file descriptor 2 and writes back all but the lines to `drop` (banners)."""
+  """Captures file descriptor 2 in the block and then writes back all but the lines to `drop`.
+
+  What the block writes to fd 2 (C libraries, and Python's sys.stderr once flushed) goes to
+  a temporary file; at its end, also where it raises, the lines `drop` does not take
+  (default: the banners) are written to sys.stderr.
+  """
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as captured:
@@ -116,7 +122,7 @@ class _DropMessages(logging.Filter):
 
 
 def setup(argv: Optional[Sequence[str]] = None) -> bool:
-  """Silences the start-up banners unless -v; returns whether verbose.
+  """Silences the start-up banners unless verbose; returns whether verbose.
 
   Call first thing in an entry point, before clrs/tensorflow are imported::
 
@@ -124,13 +130,18 @@ def setup(argv: Optional[Sequence[str]] = None) -> bool:
       from nar_markov import quiet
       quiet.setup()
 
-  It installs an import hook that runs TensorFlow's import with file descriptor 2
-  captured and writes back every captured line but the known banners (`_BANNERS`:
-  "All log messages before absl::InitializeLog() ...", oneDNN and CUDA notices,
-  twice: two TensorFlow libraries), and drops dm-clrs's absl warning "Sampling
-  dataset on-the-fly" of every training stream.  With -v / --verbose (or
-  NAR_MARKOV_VERBOSE=1, which -v sets for child processes) it changes nothing and
-  turns absl's Python logging up to INFO.  Idempotent; affects this process only.
+  Not verbose, it sets TF_CPP_MIN_LOG_LEVEL=1 where unset, installs an import hook that
+  runs TensorFlow's import (where it is not imported yet) with file descriptor 2 captured
+  and writes back every captured line but the known banners (`_BANNERS`: "All log
+  messages before absl::InitializeLog() ...", absl and TensorFlow INFO lines such as
+  oneDNN's and "Could not find cuda drivers", the cuFFT/cuDNN/cuBLAS registration
+  notices), and drops dm-clrs's absl message "Sampling dataset on-the-fly" of every
+  training stream; once per process.  Verbose (`wants_verbose`), it filters nothing: it
+  sets NAR_MARKOV_VERBOSE=1, for child processes, and turns absl's Python logging up to
+  INFO.
+
+  Args:
+    argv: the arguments to look for -v in; None: sys.argv[1:].
   """
   global _installed
   verbose = wants_verbose(argv)

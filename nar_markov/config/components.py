@@ -43,7 +43,9 @@ class Protocol:
   """How a run trains, validates, tests and checkpoints (gin: ``Protocol.*``).
 
   The defaults are the paper's protocol, which is dm-clrs examples/run.py's
-  (gin/base.gin binds each of them, with the reason):
+  (gin/base.gin binds each of them, with the reason).
+
+  Attributes:
     train_steps, batch_size, learning_rate, grad_clip_max_norm: Adam with a
       cosine decay from 1.5e-3, batch 32, gradient-norm clipping at 1.0.
     schedule_steps: horizon of the cosine decay in steps; None = train_steps
@@ -79,6 +81,12 @@ class Protocol:
       evaluation each time.  It shows how the test score moves between the
       evaluations that validation could pick (best-validation
       selection once validation saturates at 1.0).
+
+  Raises:
+    ValueError: on construction, for a count that is not an int > 0 (the optional ones
+      where set), a learning_rate not > 0, checkpoint_every_steps not a multiple of
+      log_every_steps, an unknown validation_mode or multitask_update, or a
+      test_every_steps that is not None or a positive multiple of eval_every_steps.
   """
   train_steps: int = 10_000
   batch_size: int = 32
@@ -142,28 +150,34 @@ class GatePenalty:
   Bound only where G-ForgetNet needs it: gin/gforget.gin sets
   ``run_experiment.penalty = @GatePenalty()``; without it a run has no penalty
   (the baseline, ForgetNet, and the penalty ablation gin/gforget_nopenalty.gin).
+  lambda_scale, ramp_steps, adaptive_every_steps and adaptive_max_scale say how strong
+  the penalty is once on; their defaults are the paper's heuristic as written: lambda
+  constant from the start step on.
 
-  lambda_gate: None (gin/gforget.gin): read from the algorithm's calibration
-    record under the results folder (nar_markov/config/lambda_heuristic.py); a float, or a
-    dict algorithm -> float, bound by hand.
-  start_step: the first penalised step.  None: where the lambda heuristic's
-    reading says (`LambdaHeuristic.reading`: schedule -> the calibration step,
-    constant -> 0); an int: from that step, with `lambda_gate` given (the
-    calibration's own runs: 0).  Multi-task runs: always 0.
+  Attributes:
+    lambda_gate: None (gin/gforget.gin): read from the algorithm's calibration record
+      under the results folder (nar_markov/config/lambda_heuristic.py); a float, or a
+      dict algorithm -> float, bound by hand.
+    start_step: the first penalised step.  None: where the lambda heuristic's reading
+      says (`LambdaHeuristic.reading`: schedule -> the calibration step, constant -> 0);
+      an int: from that step, with `lambda_gate` given (the calibration's own runs: 0).
+      Multi-task runs: always 0.
+    lambda_scale: lambda is this multiple of the calibrated (or bound) value.
+    ramp_steps: 0, a step switch at start_step; N > 0, lambda grows linearly from
+      lambda / N at start_step to its full value N steps later.
+    adaptive_every_steps: None, lambda constant; N, lambda is measured again every N
+      steps after start_step as lambda_scale * L / G over those N steps (L the task loss,
+      G the gate term), so that the penalty stays about half of the loss as the gate
+      closes -- one reading of "approximately half of the total training loss after 6,000
+      steps".  A multiple of Protocol.log_every_steps (measured from the logged losses).
+    adaptive_max_scale: the adaptive lambda stays <= this multiple of the lambda it
+      started from (G -> 0 would otherwise send it to infinity).
 
-  How strong the penalty is once on (the defaults are the paper's heuristic as
-  written: lambda constant from the start step on):
-  lambda_scale: lambda is this multiple of the calibrated (or bound) value.
-  ramp_steps: 0, a step switch at start_step; N > 0, lambda grows linearly
-    from lambda / N at start_step to its full value N steps later.
-  adaptive_every_steps: None, lambda constant; N, lambda is measured again
-    every N steps after start_step as lambda_scale * L / G over those N steps
-    (L the task loss, G the gate term), so that the penalty stays about half of
-    the loss as the gate closes -- one reading of "approximately half of the
-    total training loss after 6,000 steps".  A multiple of
-    Protocol.log_every_steps (measured from the logged losses).
-  adaptive_max_scale: the adaptive lambda stays <= this multiple of the
-    lambda it started from (G -> 0 would otherwise send it to infinity).
+  Raises:
+    ValueError: on construction, for a lambda_gate that is not None, a number or a dict
+      of numbers; a start_step that is not an int >= 0, or one set with lambda_gate None;
+      a lambda_scale not finite and > 0; a ramp_steps not an int >= 0; an
+      adaptive_every_steps not None or an int > 0; an adaptive_max_scale < 1.
   """
   lambda_gate: Union[None, float, Mapping[str, float]] = None
   start_step: Optional[int] = None
@@ -219,9 +233,14 @@ PAPER_LABELS = {
 
 def check_label(model: Any, net: Optional[NetConfig] = None,
                 penalty: Optional["GatePenalty"] = None) -> str:
-  """`model`, a run's label (its results folder, its table column), if usable:
-  a folder name, and for one of the paper's labels (with or without
-  `_multitask`) the history and penalty that label stands for."""
+  """`model`, a run's label (its results folder, its table column), if it is usable.
+
+  Raises:
+    ValueError: it is not set, or not a folder name (lower-case letters, digits and
+      underscores, from a letter); or, given `net`, it is one of the paper's labels
+      (`PAPER_LABELS`, with or without `_multitask`) and the run has another history or
+      penalty than that label stands for.
+  """
   if model is None:
     raise ValueError("the model's label is not set in the gin files (run_experiment.model)")
   if model is gin.REQUIRED or not isinstance(model, str) or not _LABEL.fullmatch(model):
@@ -243,12 +262,17 @@ def check_label(model: Any, net: Optional[NetConfig] = None,
 
 def unused_components(model: str, net: NetConfig, penalty: Optional["GatePenalty"]
                       ) -> Dict[str, str]:
-  """What a run of `model` with `net` and `penalty` never reads: a configurable's name, or
-  'Configurable.parameter', -> why (the launcher refuses a binding on them).  Without a
-  gate penalty: GatePenalty and LambdaHeuristic; a multi-task label: LambdaHeuristic (its
-  lambda is bound by hand, from step 0); a history other than 'gated': the gate's
-  NetConfig fields; 'full' history: NetConfig.history_scope; a single-task label:
-  Protocol.multitask_update."""
+  """What a run of `model` with `net` and `penalty` never reads.
+
+  The launcher refuses a binding on them.
+
+  Returns:
+    {a configurable's name, or "Configurable.parameter": why}: GatePenalty and
+    LambdaHeuristic without a gate penalty; LambdaHeuristic for a multi-task label (its
+    lambda is bound by hand, from step 0); Protocol.multitask_update for a single-task
+    one; the gate's NetConfig fields for a history other than 'gated';
+    NetConfig.history_scope for the 'full' history.
+  """
   out = {}
   history = f"this model ({model}) has NetConfig.history = {net.history!r}"
   if penalty is None:
@@ -271,11 +295,17 @@ def unused_components(model: str, net: NetConfig, penalty: Optional["GatePenalty
 class Experiment:
   """A run's label and components, typed and checked: what `resolve` returns.
 
-  model: the label (the results folder, the table column; `check_label`).
-  net, protocol: the `NetConfig` and `Protocol`.
-  penalty: the `GatePenalty`, or None (no gate penalty).
-  save_final_state: keep the last step's state beside result.json (the lambda
-    calibration's runs, which G-ForgetNet continues).
+  Attributes:
+    model: the label (the results folder, the table column; `check_label`).
+    net, protocol: the `NetConfig` and `Protocol`.
+    penalty: the `GatePenalty`, or None (no gate penalty).
+    save_final_state: keep the last step's state beside result.json (the lambda
+      calibration's runs, which G-ForgetNet continues).
+
+  Raises:
+    TypeError: on construction, for a net, protocol or penalty of another type.
+    ValueError: a label that is not usable with these components (`check_label`), or a
+      penalty without the gated history.
   """
   model: str
   net: NetConfig
@@ -296,6 +326,7 @@ class Experiment:
 
   @property
   def multitask(self) -> bool:
+    """Whether the label is a multi-task one (`<label>_multitask`)."""
     return self.model.endswith(MULTITASK_SUFFIX)
 
 
@@ -312,9 +343,21 @@ def _experiment(model: Optional[str] = None, net: Optional[NetConfig] = None,
 
 
 def unchecked(**given) -> Dict[str, Any]:
-  """The label and components gin makes, `given` keywords (model, net, protocol, penalty,
-  save_final_state) over its bindings, before any check: for a caller that replaces some
-  of them (the lambda calibration's runs) before `Experiment` checks the whole."""
+  """The label and components gin makes, with the `given` keywords over its bindings, unchecked.
+
+  For a caller that replaces some of them (the lambda calibration's runs) before
+  `Experiment` checks the whole.
+
+  Args:
+    **given: any of model, net, protocol, penalty, save_final_state.
+
+  Returns:
+    {"model", "net", "protocol", "penalty", "save_final_state"}; net and protocol not
+    bound: the configurables' own (``NetConfig.*``, ``Protocol.*``).
+
+  Raises:
+    TypeError: a keyword that is no component.
+  """
   unknown = set(given) - {f.name for f in dataclasses.fields(Experiment)}
   if unknown:
     raise TypeError(f"unknown run components {sorted(unknown)}")
@@ -322,20 +365,27 @@ def unchecked(**given) -> Dict[str, Any]:
 
 
 def resolve(**given) -> Experiment:
-  """The one resolver: the run's checked `Experiment` from the parsed gin, `given`
-  keywords over gin's bindings (`unchecked`).  No jax; what the launcher (plans,
-  --dry-run, --status, cost), replay and the job each call.  Nothing reads gin's
-  bindings back.
+  """The one resolver: the run's checked `Experiment` from the parsed gin.
 
-  Raises ValueError for a label that is missing or does not fit the components, or a
-  component value that cannot work; TypeError for a component of the wrong type.
+  The `given` keywords go over gin's bindings (`unchecked`).  No jax; what the launcher
+  (plans, --dry-run, --status, cost), replay and the job each call.
+
+  Raises:
+    ValueError: a label that is missing or does not fit the components, or a component
+      value that cannot work.
+    TypeError: a component of the wrong type, or a keyword that is no component.
   """
   c = unchecked(**given)
   return Experiment(**dict(c, save_final_state=bool(c["save_final_state"])))
 
 
 def check_protocol(*, learning_rate: float, **counts: int) -> None:
-  """One clear error for a protocol value that cannot work (counts must be > 0)."""
+  """Raises one clear error for a protocol value that cannot work.
+
+  Raises:
+    ValueError: one of `counts` is not an int (a bool is not) or not > 0, or
+      `learning_rate` is not > 0.
+  """
   for name, value in counts.items():
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
       raise ValueError(f"{name} must be an int, got {value!r}")

@@ -29,15 +29,31 @@ def resolve_lambda(penalty: Optional[components.GatePenalty], algorithm: str, *,
                    heuristic: Optional[lambda_heuristic.LambdaHeuristic] = None,
                    settings: Optional[Mapping[str, Any]] = None
                    ) -> Tuple[float, int, Optional[Dict[str, Any]]]:
-  """(lambda, first penalised step, provenance) of a single-task run.
+  """λ, the first penalised step and λ's provenance for a single-task run.
 
-  No penalty: (0, 0, None).  A penalty with a start step (the calibration's
-  runs): its lambda from that step.  G-ForgetNet: the penalty starts where the
-  heuristic's reading says (schedule: at the calibration step; constant: at 0)
-  and lambda is, in this order, a float bound by hand, a per-algorithm dict
-  bound in gin, or -- `lambda_gate=None`, gin/gforget.gin's default -- read
-  from the algorithm's calibration record under `results_dir`
-  (nar_markov/config/lambda_heuristic.py).
+  Args:
+    penalty: the run's GatePenalty; None: no penalty.
+    algorithm: the algorithm.
+    results_dir: the folder the calibration record lies under (where λ is read from it).
+    heuristic: the λ heuristic; None: `LambdaHeuristic()` (gin's).
+    settings: the run's settings (`run_settings`): their "schedule_steps" place the
+      penalty's start; needed where λ is read from a record.
+
+  Returns:
+    (λ, start, provenance: result.json's lambda_calibration).  No penalty: (0.0, 0,
+    None).  A penalty with a start_step (the calibration's own runs): its bound λ from
+    that step.  Otherwise the penalty starts where the heuristic's reading says
+    (`LambdaHeuristic.penalty_start`: schedule, the calibration step; constant, 0; 0
+    without "schedule_steps") and λ is the bound float, `algorithm`'s entry of a bound
+    dict, or with lambda_gate None (gin/gforget.gin's default) the calibration record's
+    (`lambda_heuristic.load_lambda`).  λ is then multiplied by lambda_scale (the
+    provenance then also has lambda_scale and lambda_unscaled).
+
+  Raises:
+    ValueError: a λ that is not finite and >= 0, a dict without `algorithm`, or λ to be
+      read from a record without results_dir or settings.
+    lambda_heuristic.CalibrationError: the record is missing, unusable or made with
+      other settings (a ValueError too).
   """
   if penalty is None:
     return 0.0, 0, None
@@ -125,8 +141,19 @@ def defining_fields() -> Dict[str, Tuple[str, ...]]:
 def run_settings(algorithm: str, protocol: components.Protocol, net: NetConfig,
                  train_lengths: Optional[Sequence[int]] = None,
                  penalty: Optional[components.GatePenalty] = None) -> Dict[str, Any]:
-  """The defining settings of a run of `algorithm` (train_lengths: its own,
-  else the protocol's, which must then be one list)."""
+  """The settings that define a run of `algorithm` (result.json's "settings").
+
+  "algorithm", then every field of `protocol`, `net` and `penalty` (None:
+  GatePenalty(0.0)'s) but the non-defining ones: those in `ALWAYS_RECORDED` always, the
+  others only where they differ from their defaults.  "schedule_steps" is the protocol's
+  horizon; "train_lengths" the algorithm's own (`clrs30.train_lengths`: the string
+  matchers' rule applied), as ints; the float fields as floats.
+
+  Args:
+    algorithm, protocol, net, penalty: the run's.
+    train_lengths: the run's configured lengths; None: the protocol's, which must then
+      be one list.
+  """
   out = {"algorithm": algorithm}
   for obj in (protocol, net, penalty if penalty is not None else components.GatePenalty(0.0)):
     for f in dataclasses.fields(obj):
@@ -146,13 +173,20 @@ def run_settings(algorithm: str, protocol: components.Protocol, net: NetConfig,
 
 
 def record_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
-  """What a lambda calibration record keeps of a run's settings
-  (lambda_heuristic.record_settings): not the penalty's strength once on."""
+  """What a λ calibration record keeps of a run's settings (`lambda_heuristic.record_settings`).
+
+  All but "train_steps" and the penalty's strength once on (`PENALTY_SETTINGS`).
+  """
   return lambda_heuristic.record_settings(settings, exclude=PENALTY_SETTINGS)
 
 
 def settings_of(algorithm: str, experiment: components.Experiment) -> Dict[str, Any]:
-  """`run_settings` of a run of `algorithm` with `experiment`'s components."""
+  """`run_settings` of a run of `algorithm` with `experiment`'s components.
+
+  Raises:
+    ValueError: the protocol's train lengths do not work for `algorithm`
+      (`resolve_train_lengths`).
+  """
   lengths = resolve_train_lengths(experiment.protocol.train_lengths, algorithm)
   return run_settings(algorithm, experiment.protocol, experiment.net, lengths,
                       experiment.penalty)
@@ -161,12 +195,17 @@ def settings_of(algorithm: str, experiment: components.Experiment) -> Dict[str, 
 def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
                    lam: Optional[float], penalty_start: int,
                    lambda_info: Optional[Mapping[str, Any]], history: str) -> Dict[str, Any]:
-  """What defines a run (without its seed): the model label, its history policy, the
-  settings and lambda -- its value (None: not known yet, not compared), the
-  heuristic's reading and the first penalised step.  result.json holds each of these
-  keys; checkpoints keep the dict (key "definition").  A G-ForgetNet run whose
-  lambda came from a calibration record is defined by the record's lambda.
-  Compared by nar_markov.store.runs.check_result / definition_mismatch."""
+  """What defines a run, without its seed.
+
+  Compared by `runs.check_result` (`runs.definition_mismatch`).  result.json holds each of
+  its keys; checkpoints keep the dict (key "definition").  A G-ForgetNet run whose λ came
+  from a calibration record is defined by the record's λ.
+
+  Returns:
+    {"model", "algorithm", "history", "settings", "lambda_reading" (the heuristic's
+    reading in `lambda_info`, else None), "penalty_start_step", and "lambda_gate" where
+    `lam` is not None (None: not known yet, not compared)}.
+  """
   out = {"model": model, "algorithm": algorithm, "history": history,
          "settings": dict(settings),
          "lambda_reading": (lambda_info or {}).get("reading"),
@@ -178,11 +217,15 @@ def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
 
 def definition_of(algorithm: str, experiment: components.Experiment, results_dir,
                   algorithms: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-  """`run_definition` of `experiment` on `algorithm`, trained alone or (multi-task label)
-  with `algorithms`.
+  """`run_definition` of `experiment` on `algorithm`, alone or (multi-task) with `algorithms`.
 
-  Lambda from a calibration record that does not exist yet (or cannot be
-  used: the sweep reports that itself) is left out: not compared.
+  Where λ is to come from a calibration record that does not exist yet or cannot be used
+  (the sweep reports that itself), it is left out (not compared), and the start step and
+  reading are the heuristic's (gin's `LambdaHeuristic()`).
+
+  Raises:
+    ValueError: what `settings_of`, `make_tasks` and `resolve_lambda` raise, except a
+      CalibrationError (λ then left out).
   """
   if experiment.multitask:
     tasks = make_tasks(experiment.model, list(algorithms or [algorithm]), experiment.penalty,
@@ -206,8 +249,15 @@ def needs_calibration(penalty: Optional[components.GatePenalty]) -> bool:
 
 
 def check_seeds(seed: Union[int, Sequence[int]]) -> Tuple[List[int], bool]:
-  """`seed` (one int, or a sequence of K distinct ints) as a list of ints >= 0,
-  and whether it was a single int (then run_experiment returns one dict)."""
+  """`seed` (one int, or a sequence of K distinct ints) as a list of ints.
+
+  Returns:
+    (the seeds, whether `seed` was a single int: then run_experiment returns one run's
+    result, not a list).
+
+  Raises:
+    ValueError: no seeds, a seed that is not an int >= 0 (a bool is not), or duplicates.
+  """
   one = not isinstance(seed, collections.abc.Sequence) or isinstance(seed, (str, bytes))
   seeds = [seed] if one else list(seed)
   if not seeds:
@@ -222,8 +272,14 @@ def check_seeds(seed: Union[int, Sequence[int]]) -> Tuple[List[int], bool]:
 
 
 def check_algorithms(algorithm: Union[str, Sequence[str]]) -> Tuple[List[str], bool]:
-  """`algorithm` (one name, or a list trained together by one processor) as a
-  list of CLRS-30 names without duplicates, and whether it was a single name."""
+  """`algorithm` (one name, or a list trained together by one processor) as a list of names.
+
+  Returns:
+    (the CLRS-30 names, whether `algorithm` was a single name).
+
+  Raises:
+    ValueError: no algorithm, one that is not a CLRS-30 name, or duplicates.
+  """
   one = isinstance(algorithm, str)
   algorithms = [algorithm] if one else list(algorithm)
   if not algorithms:
@@ -238,10 +294,18 @@ def check_algorithms(algorithm: Union[str, Sequence[str]]) -> Tuple[List[str], b
 
 def resolve_train_lengths(train_lengths: Union[Sequence[int], Mapping[str, Sequence[int]]],
                           algorithm: str) -> Tuple[int, ...]:
-  """The train lengths configured for `algorithm` (one list, or a dict alg -> list).
+  """The train lengths configured for `algorithm`, as a tuple of ints.
 
-  The string matchers' rule ((max * 5) // 4 nodes) is applied later, by the
-  algorithm's own stream (clrs30.train_lengths), never to this value.
+  The string matchers' rule ((max * 5) // 4 nodes) is applied later, by the algorithm's
+  own stream (clrs30.train_lengths), never to this value.
+
+  Args:
+    train_lengths: one list for all algorithms, or a dict algorithm -> list.
+    algorithm: the algorithm.
+
+  Raises:
+    ValueError: a dict without `algorithm`, lengths that are empty or not positive, or
+      lengths `clrs30.train_lengths` refuses (too short for a string matcher).
   """
   if isinstance(train_lengths, Mapping):
     if algorithm not in train_lengths:
@@ -262,7 +326,11 @@ def resolve_train_lengths(train_lengths: Union[Sequence[int], Mapping[str, Seque
 
 @dataclasses.dataclass
 class Task:
-  """One algorithm of a job: its index in the net, lambda and run definition."""
+  """One algorithm of a job: its index in the net, lambda and run definition (`make_tasks`).
+
+  `test` and `test_batch_size` are set by the training loop: the test split and its
+  evaluation batch size.
+  """
   index: int
   algorithm: str
   lengths: Tuple[int, ...]
@@ -278,11 +346,13 @@ class Task:
 
   @staticmethod
   def as_calibrated(definition: Mapping[str, Any]) -> Dict[str, Any]:
-    """A calibration run's `definition` with only the settings its record keeps
-    (record_settings) and its length: trained at lambda = 0, it was not touched by
-    its penalty settings (GatePenalty's, as the sweep's gin bound them), and a
-    G-ForgetNet run that continues from it (lambda_heuristic.continuation) may
-    have others (gforget and gforget_adaptive share one calibration)."""
+    """A calibration run's `definition` with only the settings its record keeps and train_steps.
+
+    The settings are `record_settings`'s: trained at λ = 0, a calibration run was not
+    touched by its penalty settings (GatePenalty's, as the sweep's gin bound them), and a
+    G-ForgetNet run that continues from it (`lambda_heuristic.continuation`) may have
+    others (gforget and gforget_adaptive share one calibration).
+    """
     settings = definition.get("settings") or {}
     return dict(definition, settings=dict(record_settings(settings),
                                           train_steps=settings.get("train_steps")))
@@ -290,11 +360,15 @@ class Task:
 
 def make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[components.GatePenalty],
                 results_dir, protocol: components.Protocol, net: NetConfig) -> List[Task]:
-  """The `Task` of each algorithm: settings, lambda and definition.
+  """The `Task` of each algorithm, in order: settings, lambda and definition.
 
-  A multi-task label trains one processor on all `algorithms`; its settings
-  name them (and the update rule), and G-ForgetNet's lambda is bound by hand
-  and on from step 0 (the heuristic's calibration is single-task).
+  A multi-task label trains one processor on all `algorithms`; its settings name them
+  (and the update rule), and G-ForgetNet's lambda is bound by hand and on from step 0
+  (the heuristic's calibration is single-task).
+
+  Raises:
+    ValueError: a multi-task label whose penalty would read λ from a calibration record;
+      what `resolve_train_lengths` and `resolve_lambda` raise.
   """
   multitask = model.endswith(components.MULTITASK_SUFFIX)
   if multitask and needs_calibration(penalty):
@@ -324,10 +398,12 @@ def make_tasks(model: str, algorithms: Sequence[str], penalty: Optional[componen
 
 @dataclasses.dataclass(frozen=True)
 class Resolved:
-  """What run_experiment checked and resolved, handed to the training loop
-  (nar_markov.training.train.run): the tasks (one per algorithm), the seeds, where results
-  go and the gin text written beside them, and how the caller wants them back
-  (`one_seed`, `one_alg`: a dict rather than a list)."""
+  """What run_experiment checked and resolved, handed to the training loop (`train.run`).
+
+  The tasks (one per algorithm), the seeds, where results go and the gin text written
+  beside them, and how the caller wants them back (`one_seed`: one seed's result rather
+  than a list; `one_alg`: one algorithm's result rather than a dict).
+  """
   tasks: List["Task"]
   seeds: List[int]
   one_seed: bool
@@ -341,4 +417,5 @@ class Resolved:
 
   @property
   def multitask(self) -> bool:
+    """Whether the label is a multi-task one (`<label>_multitask`)."""
     return self.model.endswith(components.MULTITASK_SUFFIX)

@@ -17,32 +17,44 @@ from nar_markov.config import clrs30
 
 
 def hint_time(feedback: clrs.Feedback) -> int:
+  """The length T of the feedback's hint time axis (the leading axis of its hints)."""
   return int(feedback.features.hints[0].data.shape[0])
 
 
 def nb_nodes_of(feedback: clrs.Feedback) -> int:
+  """The number of nodes of the feedback's graphs (axis 1 of its one `pos` input)."""
   pos, = [dp for dp in feedback.features.inputs if dp.name == "pos"]
   return int(pos.data.shape[1])
 
 
 def nb_samples_of(feedback: clrs.Feedback) -> int:
+  """The number of samples (trajectories) in the feedback."""
   return int(feedback.features.lengths.shape[0])
 
 
 def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
-  """Hint time length to pad a train batch of max length `T` to.
+  """The hint time length to pad a train batch of hint time length `T` to.
 
-  With m the measured max T of (algorithm, nb_nodes): m + max(2, m // 4) if
-  `T` fits; else (and for sizes that were not measured) `T` rounded up to a
-  multiple of 2**(bit_length(T) - 4) (T <= 15 not rounded; 147 -> 160).
-  One shape per train size is one compilation per size: the headroom is
-  there because dm-clrs's running max sometimes exceeds the measured max.
-  Padding costs the fast net (nar_markov.nets.fastnet) next to nothing -- it
-  skips every step after the batch's longest trajectory, and scans no
-  further than `clrs30.trajectory_bound` -- whereas `impl='reference'` runs
-  them (a multiple-of-8 rule cost it 1.8x per step on bfs at 11 nodes).
-  A `clrs30.T_BOUND` algorithm's `T` past its bound is an error: the fast net
-  would not run those steps.
+  One padded length per measured train size keeps a jitted step to one compilation per
+  size.  Padding costs the fast net (nar_markov.nets.fastnet) next to nothing
+  (it skips every step after the batch's longest trajectory); `impl='reference'` computes
+  the padded steps.
+
+  Args:
+    algorithm: a CLRS-30 name.
+    nb_nodes: the batch's graph size.
+    T: the batch's hint time length (below 1: 1).
+
+  Returns:
+    With m the measured max T of (algorithm, nb_nodes) (`clrs30.trajectory_lengths`,
+    "train_T"): m + max(2, m // 4) where `T` is at most that (the headroom: dm-clrs's
+    running max sometimes exceeds the measured max).  Otherwise, and for sizes not
+    measured, `T` rounded up to a multiple of 2**(bit_length(T) - 4) (T <= 15 not
+    rounded; 147 -> 160).
+
+  Raises:
+    ValueError: `algorithm` is not a CLRS-30 name, or it has a `clrs30.T_BOUND` and `T`
+      is past its `clrs30.trajectory_bound` (the fast net would not run those steps).
   """
   measured = clrs30.trajectory_lengths()[clrs30.check_algorithm(algorithm)][
       "train_T"].get(str(int(nb_nodes)))
@@ -61,7 +73,13 @@ def time_bucket(algorithm: str, nb_nodes: int, T: int) -> int:
 
 
 def pad_time(feedback: clrs.Feedback, T: int) -> clrs.Feedback:
-  """Zero-pad the hint time axis to `T` steps; inputs, outputs, lengths kept."""
+  """The feedback with its hint time axis zero-padded to `T` steps.
+
+  Inputs, outputs and lengths are kept; a feedback of `T` steps already is returned as it is.
+
+  Raises:
+    ValueError: `T` is shorter than the feedback's hint time axis.
+  """
   cur = hint_time(feedback)
   if T < cur:
     raise ValueError(f"cannot pad hints of {cur} steps to {T}")
@@ -75,7 +93,11 @@ def pad_time(feedback: clrs.Feedback, T: int) -> clrs.Feedback:
 
 
 def take(feedback: clrs.Feedback, idx) -> clrs.Feedback:
-  """Samples `idx` (a slice or index array) of a feedback; hints on axis 1."""
+  """Samples `idx` (a slice or an index array) of a feedback.
+
+  Taken on axis 0 of the inputs, outputs and lengths and on axis 1 of the hints; a slice
+  gives views, an index array copies (numpy's indexing).
+  """
   def dps(points, axis):
     return tuple(clrs.DataPoint(p.name, p.location, p.type_,
                                 p.data[idx] if axis == 0 else p.data[:, idx])
@@ -88,13 +110,18 @@ def take(feedback: clrs.Feedback, idx) -> clrs.Feedback:
 
 
 def take_samples(feedback: clrs.Feedback, n: int) -> clrs.Feedback:
-  """The first `n` samples of a split (views, no copy)."""
+  """The first `n` samples of a feedback (views, no copy)."""
   return take(feedback, slice(0, int(n)))
 
 
 def at_most(feedback: clrs.Feedback, max_samples: Optional[int]
             ) -> Tuple[clrs.Feedback, int]:
-  """(the split's first `max_samples` samples, their count); None: the whole split."""
+  """The first `max_samples` samples of a feedback, and their count.
+
+  Returns:
+    (the feedback and its size) where `max_samples` is None, else (its first
+    min(size, max_samples) samples, that count).
+  """
   n = nb_samples_of(feedback)
   if max_samples is None:
     return feedback, n
@@ -104,12 +131,16 @@ def at_most(feedback: clrs.Feedback, max_samples: Optional[int]
 
 def eval_batches(feedback: clrs.Feedback, batch_size: int
                  ) -> Iterator[Tuple[clrs.Feedback, int]]:
-  """(batch, n_valid) pairs of exactly `batch_size` samples covering a split.
+  """Batches of exactly `batch_size` samples that cover a split, in order.
 
-  The last batch is filled up by repeating samples from the start of the split
-  (cyclically, so also when the split is smaller than `batch_size`); only its
-  first `n_valid` samples are to be scored. Hints keep the split's full time
-  axis, so every batch has the same shape.
+  Yields:
+    (batch, n_valid).  The last batch is filled up by repeating samples from the start of
+    the split (cyclically, so also where the split is smaller than `batch_size`); only its
+    first `n_valid` samples are to be scored.  Hints keep the split's full time axis, so
+    every batch has the same shape.
+
+  Raises:
+    ValueError: `batch_size` <= 0 (at the first batch asked for).
   """
   n = nb_samples_of(feedback)
   batch_size = int(batch_size)
@@ -125,7 +156,11 @@ def eval_batches(feedback: clrs.Feedback, batch_size: int
 
 
 def concat_samples(feedbacks: Sequence[clrs.Feedback]) -> clrs.Feedback:
-  """Batches of one split with the same hint time axis, as one feedback."""
+  """Feedbacks of the same features and hint time length joined along the sample axis.
+
+  Features are matched by position (the first feedback's names, locations and types);
+  the joined outputs are a list, as clrs keeps them.
+  """
   def cat(points, axis):
     return tuple(clrs.DataPoint(p[0].name, p[0].location, p[0].type_,
                                 np.concatenate([x.data for x in p], axis=axis))

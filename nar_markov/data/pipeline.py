@@ -36,6 +36,15 @@ def _describe(feedback: clrs.Feedback) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  """The command line (module docstring); returns the exit status.
+
+  --all fills the val and test cache of every CLRS-30 algorithm; --split train prints one
+  batch of each train length of a fresh `train_stream.TrainStream`; otherwise the split is
+  read from the cache (or drawn and cached) and described.
+
+  Returns:
+    0, or 2 for an unknown algorithm (argparse exits with 2 for a usage error).
+  """
   parser = argparse.ArgumentParser(
       prog="python -m nar_markov.data.pipeline",
       description="Inspect CLRS-30 splits / fill the val+test cache.")

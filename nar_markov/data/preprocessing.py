@@ -24,7 +24,14 @@ PRED_AS_INPUT_ALGOS = frozenset([
 
 
 def get_spec(algorithm: str) -> clrs.Spec:
-  """The algorithm's spec after run.py's preprocessing (pred, permutations)."""
+  """The algorithm's spec after run.py's preprocessing.
+
+  `pred_h` an input for PRED_AS_INPUT_ALGOS; each SHOULD_BE_PERMUTATION probe a
+  PERMUTATION_POINTER and a `<name>_mask` MASK_ONE probe.
+
+  Raises:
+    ValueError: `algorithm` is not a CLRS-30 name.
+  """
   spec = clrs.SPECS[clrs30.check_algorithm(algorithm)]
   if algorithm in PRED_AS_INPUT_ALGOS:
     spec, _ = clrs.process_pred_as_input(spec, iter(()))
@@ -34,11 +41,23 @@ def get_spec(algorithm: str) -> clrs.Spec:
 
 def preprocess_feedback(algorithm: str, feedback: clrs.Feedback,
                rng: Optional[np.random.RandomState] = None) -> clrs.Feedback:
-  """run.py's make_sampler preprocessing of one batch (random pos iff rng).
+  """One batch through run.py's `make_sampler` preprocessing.
 
-  clrs's generator wrappers run on a one-batch iterator: identical numerics,
-  and the only state (`rng`) stays with the caller. Random pos replaces the
-  `pos` DataPoint's data in place, as clrs does.
+  Random `pos` (given `rng`), then for PRED_AS_INPUT_ALGOS `pred_h` as an input, then each
+  SHOULD_BE_PERMUTATION input, hint and output as its permutation pointer and a
+  `<name>_mask` MASK_ONE probe (computed in numpy).  clrs's generator wrappers run on a
+  one-batch iterator: the same numerics as its sampler, and the only state, `rng`, stays
+  with the caller.
+
+  Args:
+    algorithm: a CLRS-30 name (a key of clrs.SPECS; not checked further).
+    feedback: one raw batch, as a clrs sampler gives it.
+    rng: draws the random `pos` (and advances); None: `pos` is kept.
+
+  Returns:
+    The preprocessed feedback; its outputs a list, as clrs keeps them.  Random `pos`
+    replaces the data of the `pos` DataPoint in place, as clrs does, so `feedback`'s
+    `pos` changes too.
   """
   spec = clrs.SPECS[algorithm]
   it = iter((feedback,))

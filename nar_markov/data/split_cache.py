@@ -30,7 +30,11 @@ _CACHE_ENV = "NAR_MARKOV_CACHE"
 
 
 def resolve_cache_dir(path: Optional[str] = None) -> pathlib.Path:
-  """argument > $NAR_MARKOV_CACHE > gin `cache_dir.path` > ~/.cache/nar_markov."""
+  """The split cache folder, `~` expanded (a path; nothing is created).
+
+  The first of `path`, $NAR_MARKOV_CACHE and gin's `cache_dir.path` that is set and not
+  empty, else ~/.cache/nar_markov.
+  """
   for candidate in (path, os.environ.get(_CACHE_ENV), clrs30.cache_dir()):
     if candidate:
       return pathlib.Path(candidate).expanduser()
@@ -116,6 +120,19 @@ def _decode(arrays: Dict[str, np.ndarray], meta: Dict[str, Any]
 
 def write_cache(path: pathlib.Path, feedback: clrs.Feedback,
                  meta: Dict[str, Any]) -> None:
+  """Writes a raw split to `path` as one cache .npz, atomically.
+
+  Hints are stored without the zero padding past each trajectory's end (where only zeros
+  are dropped), every array in the narrowest dtype that gives it back bit for bit, with
+  the metadata and a SHA-256 over metadata and arrays.  The folder is created if missing;
+  on any failure the temp file is removed and `path` is left as it was.
+
+  Args:
+    path: the .npz file.
+    feedback: the split.
+    meta: what `read_cache` is to find again (JSON-serialisable); the file's layout keys
+      ("T", "lengths_dtype", "input", "output", "hint") are added to it.
+  """
   arrays, meta = _encode(feedback, meta)
   meta_json = json.dumps(meta, sort_keys=True)
   digest = _digest(arrays, meta_json)
@@ -136,6 +153,17 @@ def write_cache(path: pathlib.Path, feedback: clrs.Feedback,
 
 
 def read_cache(path: pathlib.Path, expected: Dict[str, Any]) -> clrs.Feedback:
+  """The split cached at `path`: the very arrays `write_cache` was given.
+
+  Args:
+    path: the .npz file.
+    expected: metadata the file must hold, key by key (==).
+
+  Raises:
+    ValueError: the checksum does not match, or a key of `expected` differs.  A file that
+      is missing, cut short or not such an .npz raises what numpy and zipfile raise
+      (OSError, zipfile.BadZipFile, KeyError, ...).
+  """
   with np.load(path, allow_pickle=False) as z:
     meta_json = str(z["__meta__"])
     stored_digest = str(z["__sha256__"])

@@ -31,7 +31,15 @@ def _check_split(split: str, allowed: Sequence[str] = ("val", "test")) -> str:
 
 
 def split_settings(algorithm: str, split: str) -> Dict[str, int]:
-  """seed, num_samples and length of the official draw of a val/test split."""
+  """The seed, num_samples and length of the official draw of a val/test split.
+
+  The dataset builder's (clrs.CLRS30[split], num_samples times the algorithm's
+  num_samples_multiplier), but the string matchers' val split is at length 20, their
+  training size.
+
+  Raises:
+    ValueError: an unknown algorithm, or a split other than "val" and "test".
+  """
   clrs30.check_algorithm(algorithm)
   _check_split(split)
   official = clrs.CLRS30[split]
@@ -44,7 +52,10 @@ def split_settings(algorithm: str, split: str) -> Dict[str, int]:
 
 
 def generate_raw_split(algorithm: str, split: str) -> clrs.Feedback:
-  """The dataset builder's full draw, no preprocessing, no cache."""
+  """The dataset builder's full draw of a val/test split (`split_settings`).
+
+  No preprocessing, no cache.
+  """
   settings = split_settings(algorithm, split)
   sampler, _ = clrs.build_sampler(
       algorithm, seed=settings["seed"], num_samples=settings["num_samples"],
@@ -54,13 +65,29 @@ def generate_raw_split(algorithm: str, split: str) -> clrs.Feedback:
 
 def cache_path(algorithm: str, split: str,
                cache_dir: Optional[str] = None) -> pathlib.Path:
+  """The cache file of a val/test split (a path; nothing is created).
+
+  `<cache dir>/clrs-<clrs version>/<algorithm>_<split>.npz`, the cache dir
+  `split_cache.resolve_cache_dir(cache_dir)`.
+
+  Raises:
+    ValueError: an unknown algorithm, or a split other than "val" and "test".
+  """
   return (split_cache.resolve_cache_dir(cache_dir) / f"clrs-{clrs.__version__}" /
           f"{clrs30.check_algorithm(algorithm)}_{_check_split(split)}.npz")
 
 
 def load_split(algorithm: str, split: str, cache_dir: Optional[str] = None,
                preprocess: bool = True) -> clrs.Feedback:
-  """A whole val/test split (cached); `preprocess=False`: the raw draw."""
+  """A whole val/test split, from the cache or drawn and cached (`load_raw_split`).
+
+  Args:
+    algorithm: a CLRS-30 name.
+    split: "val" or "test".
+    cache_dir: the cache folder (`split_cache.resolve_cache_dir`).
+    preprocess: run.py's preprocessing (`preprocessing.preprocess_feedback`, `pos` as
+      drawn); False: the raw draw.
+  """
   feedback, _ = load_raw_split(algorithm, split, cache_dir)
   if preprocess:
     feedback = preprocessing.preprocess_feedback(algorithm, feedback)
@@ -70,7 +97,17 @@ def load_split(algorithm: str, split: str, cache_dir: Optional[str] = None,
 def load_raw_split(algorithm: str, split: str,
                    cache_dir: Optional[str] = None
                    ) -> Tuple[clrs.Feedback, str]:
-  """(raw draw, 'cached' | 'generated'); regenerates a bad cache file."""
+  """The raw draw of a val/test split, read from its cache file or drawn and cached.
+
+  Returns:
+    (feedback, how): how is "cached" where `cache_path`'s file was read, "generated"
+    where the split was drawn and written there.  A cache file that does not read back
+    (any exception: cut short, a bad checksum, other settings) is drawn again and
+    overwritten, with a RuntimeWarning.
+
+  Raises:
+    ValueError: an unknown algorithm, or a split other than "val" and "test".
+  """
   path = cache_path(algorithm, split, cache_dir)
   expected = _cache_meta(algorithm, split)
   if path.exists():

@@ -27,7 +27,13 @@ _HALF_P_ALGOS = ("articulation_points", "bridges", "mst_kruskal",
 
 
 def train_sampler_kwargs(algorithm: str) -> Dict[str, Any]:
-  """run.py's sampler kwargs, restricted to those the sampler accepts."""
+  """run.py's train sampler kwargs for `algorithm`, restricted to those its sampler accepts.
+
+  p: the connection probabilities 0.1, 0.2, ..., 0.9, halved for articulation_points,
+  bridges, mst_kruskal and bipartite_matching; length_needle:
+  `clrs30.TRAIN_LENGTH_NEEDLE`.  (clrs.build_sampler drops the others too, but with a
+  warning per sampler.)
+  """
   p = tuple([0.1 + 0.1 * i for i in range(9)])
   if algorithm in _HALF_P_ALGOS:
     p = tuple(np.array(p) / 2)
@@ -39,12 +45,24 @@ def train_sampler_kwargs(algorithm: str) -> Dict[str, Any]:
 
 
 class TrainStream:
-  """Endless train batches of one algorithm, exactly resumable.
+  """Endless train batches of one algorithm, exactly resumable (`state_dict`).
 
-  Cycles the train lengths batch by batch (4, 7, 11, 13, 16, 4, ...); each
-  batch's hints are zero-padded to `batching.time_bucket(algorithm, nb_nodes, T)`.
-  Building the stream samples 1,000 trajectories per length (clrs's
-  track_max_steps estimate, which also advances the samplers as in run.py).
+  Cycles the train lengths batch by batch (4, 7, 11, 13, 16, 4, ...), each length with its
+  own on-the-fly sampler, their seeds drawn in order from `RandomState(seed)`, which then
+  draws every batch's random `pos`.  Batches are preprocessed as run.py does and their
+  hints zero-padded to `batching.time_bucket(algorithm, nb_nodes, T)`.  Building the
+  stream samples 1,000 trajectories per length (clrs's track_max_steps estimate, which
+  also advances the samplers as in run.py).
+
+  Args:
+    algorithm: a CLRS-30 name.
+    seed: the stream's seed.
+    batch_size: samples per batch.
+    lengths: the configured train lengths; the stream's own, `self.lengths`, are
+      `clrs30.train_lengths(algorithm, lengths)` (the string matchers' rule).
+
+  Raises:
+    ValueError: an unknown algorithm, or lengths `clrs30.train_lengths` refuses.
   """
 
   def __init__(self, algorithm: str, seed: int, batch_size: int = 32,
@@ -67,6 +85,7 @@ class TrainStream:
 
   @property
   def next_nb_nodes(self) -> int:
+    """The graph size of the next batch."""
     return self.lengths[self._next]
 
   def __iter__(self) -> "TrainStream":
@@ -83,7 +102,11 @@ class TrainStream:
     return feedback
 
   def state_dict(self) -> Dict[str, Any]:
-    """Everything that determines the next batches (picklable)."""
+    """Everything that determines the next batches, picklable (`load_state_dict`).
+
+    The stream's settings, its place in the cycle, the batches drawn, and the rng states
+    of the stream and of each sampler with the sampler's running max_steps.
+    """
     return {
         "algorithm": self.algorithm, "seed": self.seed,
         "batch_size": self.batch_size, "lengths": list(self.lengths),
@@ -95,6 +118,13 @@ class TrainStream:
     }
 
   def load_state_dict(self, state: Dict[str, Any]) -> None:
+    """Restores a `state_dict`: the stream then gives the batches the saved one would.
+
+    The seed is not compared (the rng states restored carry it).
+
+    Raises:
+      ValueError: the state is of another algorithm, batch size or lengths.
+    """
     mine = (self.algorithm, self.batch_size, list(self.lengths))
     theirs = (state["algorithm"], state["batch_size"], list(state["lengths"]))
     if mine != theirs:
@@ -109,13 +139,17 @@ class TrainStream:
 
 
 def stream_seed(seed: int, algorithm: str, algorithms: Sequence[str]) -> int:
-  """Seed of `algorithm`'s train stream and validation pool in a job of `algorithms`.
+  """The seed of `algorithm`'s train stream and validation pool in a job of `algorithms`.
 
-  One algorithm: the run's seed (single-task runs).  Several: keyed by name
-  (crc32 is stable across processes, unlike hash()), so that algorithms with
-  the same sampler (bfs and dfs: the same graphs) get different data, and
-  the data do not depend on the order of the list.  run.py draws its
-  per-algorithm sampler seeds from one RandomState in list order instead.
+  Returns:
+    For one algorithm, `seed` itself.  For several, a seed drawn from
+    SeedSequence([seed, crc32(algorithm)]): stable across processes (unlike hash()),
+    different for algorithms with the same sampler (bfs and dfs: the same graphs), and
+    independent of the list's order.  (run.py draws its per-algorithm sampler seeds from
+    one RandomState in list order.)
+
+  Raises:
+    ValueError: several algorithms, and `algorithm` is not a CLRS-30 name.
   """
   if len(algorithms) == 1:
     return int(seed)

@@ -23,11 +23,11 @@ _VAL_BATCH_SIZE = 32  # run.py's val_args batch_size
 
 def validation_sampler_seed(algorithm: str, seed: int,
                             lengths: Sequence[int] = clrs30.TRAIN_LENGTHS) -> int:
-  """run.py's val sampler seed: the `randint` after the train samplers'.
+  """run.py's validation sampler seed: the `randint` after the train samplers'.
 
-  run.py's create_samplers draws, from one `RandomState(seed)`, one seed per
-  train sampler and then one for the val sampler (as
-  `train_stream.TrainStream` does for the train samplers).
+  run.py's create_samplers draws from one `RandomState(seed)` one seed per train length
+  (`clrs30.train_lengths(algorithm, lengths)`: the train samplers', as
+  `train_stream.TrainStream` draws them), then this one.
   """
   rng = np.random.RandomState(int(seed))
   for _ in clrs30.train_lengths(algorithm, lengths):
@@ -36,13 +36,21 @@ def validation_sampler_seed(algorithm: str, seed: int,
 
 
 class ValidationPool:
-  """run.py's validation data of one run (module docstring).
+  """run.py's validation data of one run: a pool, and each evaluation's samples from it.
 
-  `draw(key)` returns the samples of one evaluation, preprocessed as run.py
-  does (random `pos`, pred as input, permutations): mode 'resample' draws
-  `num_samples` of the pool with replacement in batches of 32, each with its
-  own random `pos`, from `RandomState([pool seed, key])`; mode 'fixed'
-  returns the whole pool with `pos` randomised once (the same every time).
+  The pool: `num_samples` = 2 x clrs.CLRS30["val"]["num_samples"] x the algorithm's
+  num_samples_multiplier raw trajectories, sampled with the train sampler kwargs at the
+  largest train length (`nb_nodes`), the sampler seeded with `validation_sampler_seed`
+  (`self.seed`).
+
+  Args:
+    algorithm: a CLRS-30 name.
+    seed: the run's seed (in a multi-task job, `train_stream.stream_seed`'s).
+    lengths: the configured train lengths (`clrs30.train_lengths`).
+    mode: 'resample' or 'fixed' (`draw`).
+
+  Raises:
+    ValueError: an unknown mode or algorithm.
   """
 
   def __init__(self, algorithm: str, seed: int,
@@ -65,6 +73,17 @@ class ValidationPool:
     return batching.take(self._pool, np.asarray(idx))  # np.take semantics: copies
 
   def draw(self, key: int) -> clrs.Feedback:
+    """The samples of one evaluation, preprocessed as run.py does.
+
+    Args:
+      key: the evaluation's key (the training loop passes the step); unused by 'fixed'.
+
+    Returns:
+      'resample': ceil(num_samples / 32) batches of 32 samples drawn from the pool with
+      replacement, each with its own random `pos`, all from RandomState([seed, key]),
+      joined into one feedback (the same key: the same samples).  'fixed': the whole pool
+      with `pos` drawn once, from RandomState([seed, 0]): the same object on every call.
+    """
     if self.mode == "fixed":
       if self._fixed is None:
         rng = np.random.RandomState([self.seed, 0])

@@ -45,11 +45,10 @@ _POINTERS = (_Type.POINTER, _Type.PERMUTATION_POINTER)
 
 def linear_params(linear: hk.Linear, input_size: int
                   ) -> Tuple[chex.Array, chex.Array]:
-  """(w, b) of `linear` for inputs of width `input_size`.
+  """(w, b) of `linear` for inputs of width `input_size`, without calling it on a real input.
 
-  Calling the module on an empty batch creates its parameters exactly as a
-  real call would (same names, shapes, initialisers, rng draws) and costs
-  nothing; `params_dict` then hands them over.
+  The module is called on an empty batch, which creates its parameters exactly as a real
+  call would (same names, shapes, initialisers, rng draws) and costs nothing.
   """
   linear(jnp.zeros((0, input_size), jnp.float32))
   params = linear.params_dict()
@@ -64,7 +63,7 @@ class EdgeFts(NamedTuple):
   shape: Tuple[int, int, int]  # (B, N, N)
 
   def project(self, w2: chex.Array, b2: Optional[chex.Array] = None) -> chex.Array:
-    """edge_fts @ w2 (+ b2): [B, N, N, K]."""
+    """edge_fts @ w2 (+ b2), [B, N, N, K], without forming edge_fts."""
     bias = self.b @ w2
     if b2 is not None:
       bias = bias + b2
@@ -91,6 +90,11 @@ def _edge_terms(encs, dp) -> List[Tuple[chex.Array, chex.Array, chex.Array]]:
 
 
 class Encoded(NamedTuple):
+  """The encoders' accumulated features (`encode`), the edge features as low-rank terms.
+
+  node_fts [B, N, H], graph_fts [B, H], adj_mat [B, N, N], and edge_terms: the (x, w, b)
+  terms whose x @ w + b sum to dm-clrs's edge_fts (`edge_fts_of`).
+  """
   node_fts: chex.Array
   graph_fts: chex.Array
   adj_mat: chex.Array
@@ -98,7 +102,7 @@ class Encoded(NamedTuple):
 
 
 def encode(encs, dps, start: Encoded, nb_nodes: int) -> Encoded:
-  """dm-clrs's encoders.accum_* over `dps`, edges kept as low-rank terms."""
+  """dm-clrs's encoders.accum_* over `dps`, added to `start`; edges kept as low-rank terms."""
   node_fts, graph_fts, adj_mat = start.node_fts, start.graph_fts, start.adj_mat
   terms = list(start.edge_terms)
   for dp in dps:
@@ -111,6 +115,10 @@ def encode(encs, dps, start: Encoded, nb_nodes: int) -> Encoded:
 
 
 def edge_fts_of(terms, batch_size: int, nb_nodes: int, hidden: int) -> EdgeFts:
+  """The low-rank edge terms as one `EdgeFts`: x and w concatenated, the b summed.
+
+  Without terms: x = w = None and b zeros of width `hidden`.
+  """
   shape = (batch_size, nb_nodes, nb_nodes)
   if not terms:
     return EdgeFts(None, None, jnp.zeros((hidden,), jnp.float32), shape)
@@ -124,12 +132,19 @@ def edge_fts_of(terms, batch_size: int, nb_nodes: int, hidden: int) -> EdgeFts:
 
 
 class TripletMPNN(hk.Module):
-  """dm-clrs's triplet_gmpnn and triplet_mpnn: MPNN(use_triplets=True, gated=`gated`,
-  msgs_mlp_sizes=[H, H]).
+  """dm-clrs's triplet_gmpnn and triplet_mpnn processors, on low-rank edge features.
 
-  Same submodules (linear, linear_1, ..., mlp, layer_norm, and the update gate's three
-  Linears last where `gated`), so the parameters are dm-clrs's; products with edge_fts
-  and the message MLP's backward change.
+  MPNN(use_triplets=True, gated=`gated`, msgs_mlp_sizes=[H, H]) with the same submodules
+  (linear, linear_1, ..., mlp, layer_norm, and the update gate's three Linears last where
+  `gated`), so the parameters are dm-clrs's; the products with edge_fts and the message
+  MLP's backward are computed otherwise.
+
+  Args:
+    out_size: H, the hidden width.
+    nb_triplet_fts: the triplet features' width.
+    use_ln: a LayerNorm on the output.
+    gated: dm-clrs's update gate (triplet_gmpnn).
+    name: the haiku module name.
   """
 
   def __init__(self, out_size: int, nb_triplet_fts: int, use_ln: bool, gated: bool,
@@ -141,8 +156,11 @@ class TripletMPNN(hk.Module):
     self.gated = gated
 
   def __call__(self, node_fts, edges: EdgeFts, graph_fts, hidden, residual=None):
-    """`residual` (default `hidden`): what the update gate keeps, ret * u +
-    residual * (1 - u) (NetConfig.history_scope); unused without the gate."""
+    """One step on z = [node_fts, hidden]: (h(t) [B, N, H], tri_msgs [B, N, N, H]).
+
+    `residual` (default `hidden`): what the update gate keeps, ret * u + residual * (1 - u)
+    (NetConfig.history_scope); unused without the gate.
+    """
     h = self.out_size
     edge_width = edges.b.shape[0]
     residual = hidden if residual is None else residual
@@ -225,15 +243,24 @@ def _project_e_t(linears, edges: EdgeFts, tri_msgs) -> List[chex.Array]:
 
 
 def e_t_readers(spec, names) -> List[str]:
-  """The features of `names` whose decoders read e_t (through their third
-  Linear): every edge feature and node pointer."""
+  """The features of `names` whose decoders read e_t (through their third Linear).
+
+  Every edge feature and every node pointer.
+  """
   return [n for n in names if spec[n][1] == _Location.EDGE or (
       spec[n][1] == _Location.NODE and spec[n][2] in _POINTERS)]
 
 
 def decode(decs, spec, names, inp: DecoderInputs, edges: EdgeFts,
            repred: bool) -> Dict[str, chex.Array]:
-  """dm-clrs's decoders._decode_*_fts for the features in `names`."""
+  """dm-clrs's decoders._decode_*_fts for the features in `names`: {name: logits}.
+
+  `repred` (evaluation): no Gumbel noise in the permutation pointers' sinkhorn; in
+  training it takes an hk rng key.
+
+  Raises:
+    ValueError: a location or type that has no decoder.
+  """
   e_t_names = e_t_readers(spec, names)
   e_t_proj = dict(zip(e_t_names, _project_e_t(
       [decs[n][2] for n in e_t_names], edges, inp.tri_msgs)))
@@ -319,10 +346,12 @@ class _Pass(NamedTuple):
 
 
 class FastNet(model_lib.Net):
-  """`model.Net` (same parameters, same function), with the work cut (module doc).
+  """`model.Net` with the work cut (module docstring): the same parameters, the same function.
 
-  `algorithms` (names, one per spec; optional): the scan stops at each one's
-  `clrs30.trajectory_bound` where it has one.
+  Args:
+    specs_, nb_dims, config, name: as `model.Net`'s.
+    algorithms: the specs' algorithm names, one per spec (optional): the scan then stops
+      at each one's `clrs30.trajectory_bound` where it has one.
   """
 
   def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
@@ -422,6 +451,18 @@ class FastNet(model_lib.Net):
                hidden_override: Optional[chex.Array] = None,
                max_length: Optional[chex.Array] = None,
                collect_hints: bool = True) -> model_lib.NetOutput:
+    """As `model.Net.__call__`, computed with less work.
+
+    Args:
+      features, algorithm_index, repred, hidden_override: as `model.Net.__call__`'s.
+      max_length: an upper bound on `features.lengths` (None: their max); the steps that
+        no trajectory runs then (i + 1 >= max_length) are skipped.  K-seed training passes
+        one, unbatched, for all seeds.
+      collect_hints: False: no hint predictions are kept (`NetOutput.hint_preds` is {}).
+
+    Raises:
+      ValueError: a processor without a fast path (`FAST_PROCESSORS`).
+    """
     cfg = self._config
     if cfg.processor not in FAST_PROCESSORS:
       raise ValueError(f"FastNet implements the {FAST_PROCESSORS} processors "

@@ -33,7 +33,13 @@ from nar_markov.nets import model as model_lib
 
 def make_optimizer(learning_rate: float, train_steps: int,
                    grad_clip_max_norm: float) -> optax.GradientTransformation:
-  """Adam with cosine decay (paper Sec. 5) after global-norm clipping (run.py)."""
+  """Adam with cosine decay (paper Sec. 5) after global-norm clipping (run.py).
+
+  Args:
+    learning_rate: the initial rate, decayed to 0 along a cosine.
+    train_steps: the decay's horizon in optimizer updates (at least 1).
+    grad_clip_max_norm: the global-norm clip; <= 0: no clipping.
+  """
   schedule = optax.cosine_decay_schedule(init_value=learning_rate,
                                          decay_steps=max(1, train_steps))
   chain = []
@@ -52,23 +58,51 @@ warnings.filterwarnings(
 
 
 def compiler_options(config: netconfig.NetConfig) -> Optional[Dict[str, Any]]:
-  """XLA options of the net's compiled train and eval steps: on CPU, their scratch
-  in heaps of at most `config.xla_heap_mib` MiB (NetConfig.xla_heap_mib says why);
-  None (XLA's defaults) elsewhere or with 0.  A step whose scratch is larger than
-  one heap is not kept in the persistent compilation cache (above)."""
+  """The XLA compiler options of the net's jitted train and eval steps.
+
+  Returns:
+    On the CPU backend with `config.xla_heap_mib` set: their scratch in heaps of at most
+    that many MiB (NetConfig.xla_heap_mib says why).  None (XLA's defaults) on other
+    backends or with 0 or None.  A step whose scratch is split into heaps is not kept in
+    JAX's persistent compilation cache (XLA:CPU serialises one scratch buffer only): it
+    is compiled in each process.
+  """
   if not config.xla_heap_mib or jax.default_backend() != "cpu":
     return None
   return {"xla_multiheap_size_constraint_per_heap": int(config.xla_heap_mib) * 2**20}
 
 
 class Learner:
-  """Pure train/eval functions of one Net over one or more algorithms."""
+  """The pure train and evaluation functions of one net over one or more algorithms.
+
+  The net is `fastnet.FastNet` where `config.fast`, else `model.Net`; its parameters are
+  always created by `model.Net`, so a seed gives the same initial parameters under either.
+
+  Attributes:
+    train_step: jitted `(params, opt_state, feedback, lambda_gate, algorithm_index,
+      rng_key, max_length=None)` -> `(params, opt_state, model.Losses)`: one optimizer
+      step (algorithm_index static; params and opt_state donated).  With several
+      algorithms the other algorithms' modules keep their values (`keep_other_algorithms`).
+    eval_batch: jitted `(params, feedback, algorithm_index, with_hints)` -> (hard output
+      predictions, with `with_hints` {"hint_per_step", "history_norm"} else None);
+      algorithm_index and with_hints static.
+    compiler_options: the steps' XLA options (`compiler_options`).
+
+  Args:
+    specs_: the algorithms' specs (`preprocessing.get_spec`), in algorithm_index order.
+    nb_dims: per spec, each feature's last-axis size (`model.nb_dims_of`).
+    config: the NetConfig.
+    optimizer: the optax optimizer (`make_optimizer`).
+    algorithms: the specs' names, if known: checked against the specs, and the fast net
+      then scans no further than their `nar_markov.config.clrs30.trajectory_bound`.
+
+  Raises:
+    ValueError: `algorithms` whose specs are not `specs_`.
+  """
 
   def __init__(self, specs_, nb_dims, config: netconfig.NetConfig,
                optimizer: optax.GradientTransformation,
                algorithms: Optional[Sequence[str]] = None):
-    """`algorithms`: the specs' names, if known (the fast net then scans no
-    further than their `nar_markov.config.clrs30.trajectory_bound`)."""
     self.specs = list(specs_)
     self.nb_dims = list(nb_dims)
     self.config = config
@@ -126,10 +160,22 @@ class Learner:
                               compiler_options=self.compiler_options)
 
   def init(self, rng_key, features_list):
+    """The initial parameters from `rng_key`, the net built on `features_list`.
+
+    `features_list`: one clrs.Features per algorithm, in algorithm_index order.
+    """
     return self._init(rng_key, features_list)
 
   def restore_opt_state(self, params, leaves: Sequence[Any]):
-    """The optimizer state whose leaves a checkpoint saved (in tree order)."""
+    """The optimizer state for `params`, rebuilt from its leaves as a checkpoint saved them.
+
+    Args:
+      params: the parameters (the state's structure is the optimizer's for them).
+      leaves: the state's leaves, in tree order.
+
+    Raises:
+      ValueError: not as many leaves as the optimizer's state has.
+    """
     template = jax.eval_shape(self.optimizer.init, params)
     treedef = jax.tree_util.tree_structure(template)
     if treedef.num_leaves != len(leaves):
@@ -138,7 +184,10 @@ class Learner:
     return jax.tree_util.tree_unflatten(treedef, [np.asarray(x) for x in leaves])
 
   def init_state(self, seed: int, features_list):
-    """(params, opt_state) of a run: params = init(PRNGKey(seed), ...)."""
+    """(params, opt_state) of a run of `seed`, in one compiled call.
+
+    params = `init(PRNGKey(seed), features_list)`; opt_state the optimizer's initial state.
+    """
     return self._init_state(np.int32(seed), features_list)
 
   def step_key(self, seed: int, step: int):
@@ -151,11 +200,24 @@ class Learner:
 
   def apply(self, params, features, algorithm_index, repred, hidden_override=None,
             rng_key=None, max_length=None, collect_hints=True):
+    """The net's forward pass (`model.NetOutput`) with `params` on `features`.
+
+    Args:
+      params: the parameters.
+      features: a batch's clrs.Features of algorithm `algorithm_index`.
+      algorithm_index: which algorithm.
+      repred: True at evaluation (dm-clrs's flag).
+      hidden_override: tests only: the h(t-1) fed to each step (`model.Net.__call__`).
+      rng_key: the rng of the permutation pointers' Gumbel noise in training; None at
+        evaluation.
+      max_length, collect_hints: the fast net's (`fastnet.FastNet.__call__`).
+    """
     return self._forward.apply(params, rng_key, features, algorithm_index, repred,
                                hidden_override, max_length, collect_hints)
 
   def loss(self, params, feedback, lambda_gate, algorithm_index, rng_key=None,
            max_length=None):
+    """`model.compute_losses` of a training forward pass (repred False) on `feedback`."""
     out = self.apply(params, feedback.features, algorithm_index, False,
                      rng_key=rng_key, max_length=max_length)
     return model_lib.compute_losses(feedback, out, lambda_gate)
@@ -199,11 +261,18 @@ _ALGORITHM_MODULE = re.compile(r"algo_(\d+)_")
 
 
 def keep_other_algorithms(new, old, algorithm_index: int):
-  """`new` (parameters, or optimizer state holding per-parameter trees), where
-  every module of ANOTHER algorithm (haiku name `algo_<j>_...`, j !=
-  `algorithm_index`) keeps its value in `old`.  Shared modules (the processor,
-  the history gate) and global state (Adam's count) take `new`: dm-clrs
-  `filter_null_grads`."""
+  """`new`, with every module of another algorithm than `algorithm_index` as it is in `old`.
+
+  dm-clrs's `filter_null_grads`: an update for one algorithm leaves the other algorithms'
+  encoders and decoders, and their Adam moments, as they were.  A leaf is algorithm j's
+  where a dict key on its path contains haiku's `algo_<j>_` name; shared modules (the
+  processor, the history gate) and global state (Adam's count) take `new`.
+
+  Args:
+    new, old: parameters, or optimizer states holding per-parameter trees, of one
+      structure.
+    algorithm_index: the algorithm just updated.
+  """
   def pick(path, n, o):
     for key in path:
       name = getattr(key, "key", None)
@@ -218,7 +287,28 @@ def keep_other_algorithms(new, old, algorithm_index: int):
 def evaluate_split(model: Learner, params, split_feedback, algorithm_index: int,
                    batch_size: int, with_hints: bool,
                    max_samples: Optional[int] = None) -> Dict[str, Any]:
-  """clrs.evaluate over a whole split, run in fixed-size sub-batches."""
+  """Scores `model` with `params` on a split with clrs.evaluate, in equal batches.
+
+  The first `max_samples` samples (None: all) run in equal batches of at most
+  `batch_size` (32 samples at batch_size 30: two batches of 16); the last is filled up
+  with repeated samples (`batching.eval_batches`), whose predictions are not scored.
+
+  Args:
+    model: the Learner.
+    params: its parameters.
+    split_feedback: the (preprocessed) split.
+    algorithm_index: which algorithm of the model.
+    batch_size: the largest batch.
+    with_hints: also the per-step hint loss and the history norm.
+    max_samples: a cap on the samples scored.
+
+  Returns:
+    {"score": clrs.evaluate's score, "scores": its score per output}, and with
+    `with_hints`: "hint_per_step", per step the batches' `Losses.hint_per_step` averaged
+    with their valid samples as weights (a filled-up batch's own loss includes its
+    repeated samples), and "history_norm", the mean over the samples of
+    `model.mean_history_norm`.
+  """
   split_feedback, n_total = batching.at_most(split_feedback, max_samples)
   # Equal sub-batches: 32 samples at a cap of 30 run as 2 x 16, not 30 + 30
   # (the last batch is padded with duplicates up to the batch size).
@@ -259,16 +349,15 @@ def _slice_dp(dp, n):
 def default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
                              budget_bytes: float = 128 * 2**20,
                              fast: bool = True) -> int:
-  """Keep one evaluation step's biggest tensors within `budget_bytes`.
+  """An evaluation batch size that keeps one step's biggest tensors within `budget_bytes`.
 
-  Small sub-batches are also faster on CPU: floyd_warshall's test split
-  (32 graphs of 64 nodes) took 168 s in one batch of 32 and 32 s in batches
-  of 8 (tensors that stay in cache, fewer page faults).
+  Per sample: eight [N, N, H] float32 tensors (the fast net's biggest), or, with the
+  reference net (`fast` False) on a spec with an edge pointer, dm-clrs's edge-pointer
+  decoder's [N, N, N, H] float32 tensor (4.3 GB at N = 64, batch 32).  Small batches are
+  also faster on CPU (tensors that stay in cache, fewer page faults).
 
-  The fast net's are [B, N, N, H] (a few of them); dm-clrs's edge-pointer
-  decoders (floyd_warshall, optimal_bst, matrix_chain_order... with
-  `impl='reference'`) build a batch x n^3 x hidden tensor: 4.3 GB at n = 64,
-  batch 32.
+  Returns:
+    budget_bytes // (bytes per sample), clamped to [1, 32].
   """
   per_sample = nb_nodes**2 * hidden_size * 4 * 8
   for _, (stage, loc, t) in spec.items():
@@ -278,11 +367,20 @@ def default_test_batch_size(spec, nb_nodes: int, hidden_size: int,
 
 
 def setup_compilation_cache(path: Optional[str] = None) -> Optional[str]:
-  """Turn on JAX's persistent compilation cache (XLA compiles dominate short runs).
+  """Turns on JAX's persistent compilation cache (XLA compiles dominate short runs).
 
-  Order: `path`, $NAR_MARKOV_JAX_CACHE, <data cache dir>/jax. An empty string
-  or "off" disables it. Must run before the process's first compilation to
-  take effect; later calls are no-ops.
+  Where it turns the cache on, only compiles of 0.5 s or more are stored.  Takes effect
+  only before the process's first compilation; a cache folder set already (by an earlier
+  call) is kept.
+
+  Args:
+    path: the cache folder; None: $NAR_MARKOV_JAX_CACHE, else
+      `<split cache dir>/jax-<jax version>` (`split_cache.resolve_cache_dir`).  "" or
+      "off": no cache.
+
+  Returns:
+    The cache folder in use, or None for "" or "off" (which turns off no cache that is
+    on already).
   """
   if path is None:
     path = os.environ.get("NAR_MARKOV_JAX_CACHE")
@@ -297,7 +395,12 @@ def setup_compilation_cache(path: Optional[str] = None) -> Optional[str]:
 
 
 def make_summed_train_step(net: Learner, nb_algorithms: int):
-  """multitask_update='summed': one optimizer update on sum_k loss_k(batch_k)."""
+  """The jitted train step of multitask_update='summed': one update on sum_k loss_k(batch_k).
+
+  Call: `(params, opt_state, feedbacks, lambdas, rng_key)` -> `(params, opt_state,
+  losses)`, with one batch, λ and `model.Losses` per algorithm, in algorithm_index order;
+  algorithm k's rng is fold_in(rng_key, k).  Parameters and optimizer state are donated.
+  """
 
   def step(params, opt_state, feedbacks, lambdas, rng_key):
     def total(p):
@@ -314,17 +417,23 @@ def make_summed_train_step(net: Learner, nb_algorithms: int):
 
 def make_vmapped_train_step(net: Learner, algorithm_index: int = 0,
                             per_seed_lambda: bool = False):
-  """K seeds' optimizer steps as one jitted computation.
+  """K seeds' optimizer steps of algorithm `algorithm_index` as one jitted computation.
 
-  `jax.vmap` of `Learner._train_step` over a leading seed axis of params,
-  optimizer state, batch and rng key; `lambda_gate` and `max_length` are
-  shared, unbatched: a scalar `max_length` (the longest trajectory over all
-  K batches) keeps the model's skip of finished time steps a real branch,
-  where a batched one would turn into a select that computes both sides.
-  Parameters and optimizer state are donated, as `Learner.train_step` does.
-  `per_seed_lambda`: `lambda_gate` is [K], one per seed (an adaptive lambda).
-  Call: `(params, opt_state, batch, lambda_gate, rng_keys, max_length)` ->
-  `(params, opt_state, losses)`, all with the leading K axis.
+  `jax.vmap` of `Learner.train_step`'s function over a leading seed axis of params,
+  optimizer state, batch and rng key; `max_length` is shared, unbatched: a scalar (the
+  longest trajectory over all K batches, `stack_batches`) keeps the fast net's skip of
+  finished steps a real branch, where a batched one would turn into a select that
+  computes both sides.  Parameters and optimizer state are donated.
+
+  Args:
+    net: the Learner.
+    algorithm_index: the algorithm trained.
+    per_seed_lambda: `lambda_gate` is [K], one per seed (an adaptive λ); False: one
+      scalar for all.
+
+  Returns:
+    The step: `(params, opt_state, batch, lambda_gate, rng_keys, max_length)` ->
+    `(params, opt_state, losses)`, all with the leading K axis.
   """
   def step(params, opt_state, feedback, lambda_gate, rng_key, max_length):
     return net._train_step(params, opt_state, feedback, lambda_gate,  # pylint: disable=protected-access
@@ -335,24 +444,29 @@ def make_vmapped_train_step(net: Learner, algorithm_index: int = 0,
 
 
 def stack_trees(trees: Sequence[Any]):
-  """K pytrees of the same structure -> one with a leading K axis (on device)."""
+  """K pytrees of one structure as one with a leading K axis (jax arrays, on the device)."""
   return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.stack([np.asarray(x) for x in xs])),
                                 *trees)
 
 
 def tree_index(tree, i: int):
-  """Seed `i`'s slice of a stacked pytree already on the host (numpy)."""
+  """Seed `i`'s slice of a stacked pytree, as numpy arrays (for a tree on the host)."""
   return jax.tree_util.tree_map(lambda x: np.asarray(x[i]), tree)
 
 
 def stack_batches(feedbacks: Sequence[clrs.Feedback]):
-  """K seeds' train batches of one step -> (stacked batch, max_length).
+  """K seeds' train batches of one step as one batch with a leading K axis.
 
-  The batches have the same graph size (lockstep streams) but may differ in
-  hint time length (each stream's time bucket); all are zero-padded to the
-  longest, which changes no number (outputs freeze after a trajectory's end,
-  hint losses are masked).  `max_length`: the longest trajectory of all K
-  batches, an int32 scalar.
+  The batches have the same graph size (lockstep streams) but may differ in hint time
+  length (each stream's time bucket); all are zero-padded to the longest, which changes no
+  number (outputs freeze after a trajectory's end, hint losses are masked).
+
+  Returns:
+    (the stacked batch, numpy; max_length: the longest trajectory of all K batches, an
+    int32 scalar).
+
+  Raises:
+    ValueError: the padded batches differ in shape (graph sizes out of step).
   """
   T = max(int(fb.features.hints[0].data.shape[0]) for fb in feedbacks)
   padded = [batching.pad_time(fb, T) for fb in feedbacks]

@@ -72,7 +72,10 @@ class NetOutput(NamedTuple):
 
 
 def nb_dims_of(feedback) -> Dict[str, int]:
-  """Last-axis sizes of every feature (dm-clrs's decoders need them)."""
+  """The last-axis size of every input, hint and output of a feedback, by name.
+
+  What dm-clrs's decoders are built with (they read the categorical features' sizes).
+  """
   dims = {}
   for dp in list(feedback.features.inputs) + list(feedback.features.hints) + list(
       feedback.outputs):
@@ -83,10 +86,9 @@ def nb_dims_of(feedback) -> Dict[str, int]:
 def safe_norm(x: chex.Array) -> chex.Array:
   """||x||_2 over the last axis, with gradient 0 (not NaN) where x is exactly 0.
 
-  The gate penalty's norm: a strong penalty drives the gate's sigmoid to
-  exactly 0 in float32, where the norm's gradient x / ||x|| is 0/0 -- a NaN
-  that made such runs "diverge" with a finite, small loss.  Same value and,
-  elsewhere, the same gradient as jnp.linalg.norm.
+  The same value as jnp.linalg.norm and, where x is not 0, the same gradient.  The gate
+  penalty's norm: a strong penalty drives the gate's sigmoid to exactly 0 in float32,
+  where jnp.linalg.norm's gradient x / ||x|| is 0/0, a NaN.
   """
   sq = jnp.sum(x * x, axis=-1)
   nonzero = sq > 0
@@ -94,7 +96,14 @@ def safe_norm(x: chex.Array) -> chex.Array:
 
 
 class HistoryGate(hk.Module):
-  """Eq. 5: g(t) = sigmoid(MLP([x(t), h(t-1)])), same shape as h(t-1)."""
+  """Eq. 5: g(t) = sigmoid(MLP([x(t), h(t-1)])), the same shape as h(t-1).
+
+  Args:
+    hidden_size: the width of every Linear (and of g).
+    nb_layers: the number of Linears, relu between them.
+    bias_init: the last Linear's bias at initialisation.
+    name: the haiku module name.
+  """
 
   def __init__(self, hidden_size: int, nb_layers: int, bias_init: float,
                name: str = "history_gate"):
@@ -122,8 +131,11 @@ class ScopedHistory(NamedTuple):
   gate: Optional[chex.Array]  # g(t), G-ForgetNet only
 
   def stats(self) -> Tuple[chex.Array, chex.Array]:
-    """[B] each: sum_i ||g_i(t)|| (Eq. 6's term; 0 without a gate) and the history
-    norm mean_i ||history_i|| / sqrt(d) of what the processor input receives."""
+    """The step's (gate_sum, history_norm), [B] each.
+
+    gate_sum: sum_i ||g_i(t)|| over the nodes i (Eq. 6's term; 0 without a gate).
+    history_norm: mean_i ||history_i|| / sqrt(d) of what the processor input receives.
+    """
     batch_size, _, hidden_size = self.processor.shape
     if self.gate is None:
       gate_sum = jnp.zeros((batch_size,))
@@ -136,7 +148,15 @@ class ScopedHistory(NamedTuple):
 
 def scoped_history(scope: str, history: chex.Array, hidden: chex.Array,
                    gate: Optional[chex.Array]) -> ScopedHistory:
-  """The history where `scope` applies it, the raw h(t-1) elsewhere."""
+  """What each consumer of h(t-1) sees: the history where `scope` applies it, else h(t-1).
+
+  Args:
+    scope: NetConfig.history_scope: 'processor_input' (the processor input only),
+      'processor' (and its update residual) or 'processor_decoder' (and the decoder).
+    history: the policy's history (h(t-1), zeros, or g(t) * h(t-1)).
+    hidden: h(t-1).
+    gate: g(t), or None without a gate.
+  """
   residual = hidden if scope == "processor_input" else history
   decoder = history if scope == "processor_decoder" else hidden
   return ScopedHistory(history, residual, decoder, gate)
@@ -144,10 +164,18 @@ def scoped_history(scope: str, history: chex.Array, hidden: chex.Array,
 
 def decoder_node_input(decoder_input: str, node_fts: chex.Array, history: chex.Array,
                        nxt_hidden: chex.Array) -> chex.Array:
-  """The node embeddings the decoders read (NetConfig.decoder_input): dm-clrs's
-  [x(t), history, h(t)] ([B, N, 3H]; `history`: what the scope lets the decoder see of
-  h(t-1)) or, 'processed', h(t) alone ([B, N, H]).  dm-clrs's decoders take their
-  input width from it."""
+  """The node embeddings the decoders read; dm-clrs's decoders take their input width from it.
+
+  Args:
+    decoder_input: NetConfig.decoder_input: 'dmclrs', dm-clrs's [x(t), history, h(t)]
+      ([B, N, 3H]); 'processed', h(t) alone ([B, N, H]).
+    node_fts: x(t).
+    history: what the scope lets the decoder see of h(t-1).
+    nxt_hidden: h(t).
+
+  Raises:
+    ValueError: a decoder_input without a branch here.
+  """
   if decoder_input == "dmclrs":
     return jnp.concatenate([node_fts, history, nxt_hidden], axis=-1)
   if decoder_input == "processed":
@@ -184,11 +212,20 @@ def _process_with_residual(processor, seen: ScopedHistory, node_fts, edge_fts, g
 
 
 class Net(hk.Module):
-  """dm-clrs's encode-process-decode net with one history policy.
+  """dm-clrs's encode-process-decode net with one history policy (NetConfig.history).
 
-  One processor is shared by all algorithms in `specs_` (single-task: one
-  spec); encoders and decoders are per algorithm, named ``algo_<k>_<feature>``
-  exactly as dm-clrs names them.
+  One processor is shared by all algorithms in `specs_` (single-task: one spec); encoders
+  and decoders are per algorithm, named ``algo_<k>_<feature>`` exactly as dm-clrs names
+  them.
+
+  Args:
+    specs_: the algorithms' specs (`preprocessing.get_spec`), in algorithm_index order.
+    nb_dims: per spec, each feature's last-axis size (`nb_dims_of`).
+    config: the NetConfig.
+    name: the haiku module name.
+
+  Raises:
+    ValueError: not one nb_dims mapping per spec.
   """
 
   def __init__(self, specs_: Sequence[specs.Spec],
@@ -302,6 +339,14 @@ class Net(hk.Module):
       hidden_override: tests only -- if given ([T-1, B, N, H]), the h(t-1)
         fed to step t is replaced by it, to probe what the policy lets
         through.
+      max_length, collect_hints: the fast net's (`fastnet.FastNet`); unused here: every
+        step runs and every hint prediction is returned.
+
+    Returns:
+      The `NetOutput`; the outputs are each trajectory's last step's.
+
+    Raises:
+      ValueError: a NetConfig.history without a branch here.
     """
     cfg = self._config
     spec = self._specs[algorithm_index]
@@ -368,14 +413,20 @@ class Net(hk.Module):
 
 
 def running_mask(lengths, i, tensor):
-  """1 where step i + 1 of the trajectory still runs, shaped to broadcast over `tensor`
-  (a finished trajectory keeps its predictions); fastnet.py computes the same."""
+  """1.0 where trajectory b still runs at step i + 1 (lengths[b] > i + 1), else 0.0.
+
+  Shaped [B, 1, ...] to broadcast over `tensor` ([B, ...]): where it is 0, a finished
+  trajectory keeps its predictions.
+  """
   not_done = (lengths > i + 1) * 1.0
   return jnp.reshape(not_done, not_done.shape + (1,) * (tensor.ndim - 1))
 
 
 def step_mask(lengths: chex.Array, nb_mp_steps: int) -> chex.Array:
-  """[T-1, B] mask of steps that exist in each trajectory (dm-clrs convention)."""
+  """[nb_mp_steps, B]: 1.0 where step t exists in trajectory b (lengths[b] > t + 1), else 0.0.
+
+  dm-clrs's convention: step t reads hint t and predicts hint t + 1.
+  """
   return (lengths[None, :] > jnp.arange(nb_mp_steps)[:, None] + 1).astype(
       jnp.float32)
 
@@ -384,6 +435,7 @@ def step_mask(lengths: chex.Array, nb_mp_steps: int) -> chex.Array:
 
 
 class Losses(NamedTuple):
+  """The losses of one forward pass (`compute_losses`): scalars, except `hint_per_step`."""
   total: chex.Array
   output: chex.Array
   hint: chex.Array
@@ -393,11 +445,20 @@ class Losses(NamedTuple):
 
 
 def compute_losses(feedback, out: NetOutput, lambda_gate) -> Losses:
-  """dm-clrs's output + hint losses, plus the gate penalty of Eq. 6.
+  """dm-clrs's output and hint losses, plus the gate penalty of Eq. 6.
 
-  dm-clrs averages each hint's loss over the valid (step, sample) entries and
-  sums over hints; the gate term gets the same treatment: its per-step value
-  sum_i ||g_i(t)|| is averaged over valid (t, b), then scaled by lambda.
+  dm-clrs averages each hint's loss over the valid (step, sample) entries and sums over
+  hints; the gate term is treated alike: its per-step value sum_i ||g_i(t)|| is averaged
+  over the valid (t, b), then scaled by `lambda_gate`.
+
+  Args:
+    feedback: the batch (the truth: outputs, hints [T, B, ...], lengths).
+    out: the net's `NetOutput` on it, with its hint predictions (collect_hints=True).
+    lambda_gate: λ (0: no penalty).
+
+  Returns:
+    `Losses`: total = output + hint + gate_penalty; hint_per_step [T-1], per step the sum
+    over hints of the hint's loss averaged over that step's valid entries.
   """
   nb_nodes = feedback.features.inputs[0].data.shape[1]
   lengths = feedback.features.lengths
@@ -428,16 +489,17 @@ def compute_losses(feedback, out: NetOutput, lambda_gate) -> Losses:
 
 
 def postprocess_outputs(spec, output_preds):
-  """Hard outputs for scoring, as dm-clrs's BaselineModel.predict."""
+  """Hard output predictions for scoring, as dm-clrs's BaselineModel.predict makes them."""
   return decoders.postprocess(
       spec, output_preds, sinkhorn_temperature=SINKHORN_TEMPERATURE,
       sinkhorn_steps=SINKHORN_STEPS_OUTPUTS, hard=True)
 
 
 def mean_history_norm(out: NetOutput, lengths) -> chex.Array:
-  """[B]: ||history||/sqrt(d) averaged over nodes and the steps t >= 1 that exist.
+  """[B]: the history norm (`NetOutput.history_norm`) averaged over each trajectory's steps.
 
-  Step 0 is excluded because h(0) = 0 by definition for every model.
+  Over the steps t >= 1 that exist (`step_mask`); step 0 is excluded, its h(0) = 0 for
+  every model.  A trajectory without such a step gets 0.
   """
   nb_mp_steps = out.history_norm.shape[0]
   valid = step_mask(lengths, nb_mp_steps).at[0].set(0.0)

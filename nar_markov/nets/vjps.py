@@ -16,11 +16,11 @@ from jax.ad_checkpoint import checkpoint_name
 
 
 def on_rows(f, x: chex.Array) -> chex.Array:
-  """f (a Linear, a product) applied to x as a [rows, features] matrix.
+  """`f` (a Linear, a product) applied to `x` as a [rows, features] matrix: the value f(x).
 
-  Same value as f(x).  On a [B, N, N, D] input the weight gradient of a
-  product contracts three axes, a dot_general that XLA:CPU runs outside
-  YNNPACK, its fast matrix library; on the 2-D view it is one plain product.
+  On a [B, N, N, D] input the weight gradient of a product contracts three axes, a
+  dot_general that XLA:CPU runs outside YNNPACK, its fast matrix library; on the 2-D view
+  it is one plain product.
   """
   y = f(x.reshape(-1, x.shape[-1]))
   return y.reshape(x.shape[:-1] + y.shape[-1:])
@@ -28,20 +28,20 @@ def on_rows(f, x: chex.Array) -> chex.Array:
 
 @jax.custom_vjp
 def message_mlp_max(pre, w1, b1, w2, b2):
-  """max over senders of MLP([H, H])(relu(pre)): [B, N, N, H] -> [B, N, H].
+  """The max over senders of MLP([H, H])(relu(pre)): [B, N, N, H] -> [B, N, H].
 
-  pre is indexed [b, sender j, receiver i, h].  The forward is dm-clrs's
-  expression.  The backward is autodiff's, written out so that XLA sees four
-  plain matrix products over the [B * N * N, H] rows: autodiff of jnp.max
-  builds the [B, N, N, H] indicator with a select and then transposes the
-  masked cotangent for the weight gradient, which on CPU cost more than the
-  products themselves (naive_string_matcher: ~10 ms of copies per step).
-  Ties in the max share the cotangent equally, as jnp.max's VJP does; relu'(0)
-  is 0, as jax.nn.relu's.  The number of tied senders is counted in the forward
-  pass as an integer sum over the bool indicator and kept: the backward's
-  cotangent is then one select, where jnp.max's VJP converts the indicator to
-  floats and sums them (two more [B, N, N, H] passes and a broadcast); a count
-  of ones is exact either way, so the bits are the same.
+  The forward is dm-clrs's expression.  The backward is autodiff's, written out so that
+  XLA sees four plain matrix products over the [B * N * N, H] rows (autodiff of jnp.max
+  builds the [B, N, N, H] indicator with a select and then transposes the masked
+  cotangent for the weight gradient, which on CPU costs more than the products).  Ties in
+  the max share the cotangent equally, as jnp.max's VJP does; relu'(0) is 0, as
+  jax.nn.relu's.  The number of tied senders is counted in the forward pass as an integer
+  sum over the bool indicator and kept (`REMAT_SAVES`): the backward's cotangent is then
+  one select; a count of ones is exact either way, so the bits are jnp.max's.
+
+  Args:
+    pre: the messages, indexed [b, sender j, receiver i, h].
+    w1, b1, w2, b2: the MLP's two Linears ([H, H], [H] each).
   """
   return _message_mlp_max_fwd(pre, w1, b1, w2, b2)[0]
 

@@ -11,10 +11,11 @@ lists its `algorithms` (the order of `algorithm_index`); the run folder's algori
 64 nodes, the paper's OOD number), all of it unless --max-samples N. A run was tested on
 `Protocol.test_max_samples` of it (all when None): the output says which split, size and
 sample count it scored and whether that is how the run was tested (then its test_score is
-reproduced), else which --max-samples would be. --nodes scores freshly sampled graphs of each size instead, drawn as the official
-dataset builder draws a split (`clrs.build_sampler(alg, seed, num_samples, length=n)`, the
-test split's sample count unless --max-samples, then run.py's preprocessing): e.g. how far
-out of distribution a model still holds. One line per size; --json writes them all.
+reproduced), else which --max-samples would be. --nodes scores freshly sampled graphs of
+each size instead, drawn as the official dataset builder draws a split
+(`clrs.build_sampler(alg, seed, num_samples, length=n)`, the test split's sample count
+unless --max-samples, then run.py's preprocessing): e.g. how far out of distribution a
+model still holds. One line per size; --json writes them all.
 
 --hints also scores the model's hint predictions step by step, as it runs at test time (each
 step fed the previous step's own predictions): clrs.evaluate_hints's per-step accuracy of every
@@ -76,14 +77,29 @@ from nar_markov.store import util
 DEFAULT_SAMPLE_SEED = 4
 
 class RunMismatch(ValueError):
-  """The run folder does not fit the request (no algorithm named, another algorithm asked
-  for, a gate measured that the model does not have); the CLI reports it as a usage error."""
+  """The run folder does not fit the request; the CLI reports it as a usage error.
+
+  No algorithm named, another algorithm asked for, a gate measured that the model does
+  not have, or a Markov measure of a checkpoint the run did not test.
+  """
 
 
 def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
-  """params, net_config, meta, result (or {}) of a run folder, the algorithms of the model
-  (meta['algorithms'], else the one algorithm) and the one to score (`algorithm`, else
-  meta's, else result.json's)."""
+  """Reads a run folder's saved model and result.
+
+  Args:
+    run_dir: the run folder: params.npz, and result.json if there is one.
+    algorithm: the algorithm to score; None: the params' metadata's, else result.json's.
+
+  Returns:
+    {"params", "net_config", "meta" (params.npz's), "result" (result.json, or {}),
+    "algorithm" (the one to score), "algorithms" (the model's: meta["algorithms"], else
+    [algorithm])}.
+
+  Raises:
+    RunMismatch: no algorithm is named anywhere, or the model was not trained on it.
+    params_io.UnreadableParams: params.npz does not read (a missing one: OSError).
+  """
   run_dir = pathlib.Path(run_dir)
   params, net_config, meta = params_io.load_params(run_dir / runs.PARAMS_NAME)
   result_path = run_dir / runs.RESULT_NAME
@@ -99,8 +115,15 @@ def load_run(run_dir, algorithm: Optional[str] = None) -> Dict[str, Any]:
 
 
 def sample_graphs(algorithm: str, nb_nodes: int, num_samples: int, seed: int):
-  """`num_samples` fresh trajectories at `nb_nodes`, drawn and preprocessed as the official
-  val/test splits are (nar_markov.data.splits), with `seed`."""
+  """`num_samples` fresh trajectories of `nb_nodes` nodes, drawn with `seed`.
+
+  Drawn and preprocessed as the official val/test splits are (nar_markov.data.splits):
+  `clrs.build_sampler(algorithm, seed, num_samples, length=nb_nodes)`, then run.py's
+  preprocessing, `pos` as drawn.
+
+  Raises:
+    ValueError: `algorithm` is not a CLRS-30 name.
+  """
 
   sampler, _ = clrs.build_sampler(clrs30.check_algorithm(algorithm), seed=int(seed),
                                   num_samples=int(num_samples), length=int(nb_nodes))
@@ -109,9 +132,21 @@ def sample_graphs(algorithm: str, nb_nodes: int, num_samples: int, seed: int):
 
 def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
                 nb_dims: Optional[Any] = None, cache_dir: Optional[str] = None):
-  """The `learner.Learner` of a saved run: the net that `net_config` describes over `algorithms`
-  (a list of one for single-task). nb_dims: the metadata's (a dict, or one per algorithm),
-  else taken from the val splits as experiment.run_experiment takes them."""
+  """The `learner.Learner` of a saved run: the net `net_config` describes, over `algorithms`.
+
+  Its optimizer is never stepped.
+
+  Args:
+    algorithms: the model's algorithms in algorithm_index order (one for single-task).
+    net_config: the NetConfig's fields (params.npz's).
+    nb_dims: the metadata's: one dict (single-task) or one per algorithm; None or empty:
+      taken from the val splits (`model.nb_dims_of`; dm-clrs's decoders read only the
+      categorical features' sizes, which are the same in every split).
+    cache_dir: the split cache, for those val splits.
+
+  Raises:
+    ValueError: not one nb_dims per algorithm, or a net_config NetConfig refuses.
+  """
 
   algorithms = list(algorithms)
   if isinstance(nb_dims, dict):
@@ -131,10 +166,17 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-  """What `evaluate_run` scores: the official `split` (its first `max_samples`, or all of
-  it), or with `nodes` freshly sampled graphs of each size (`max_samples` of them, else the
-  test split's count, drawn with `sample_seed`); in batches of `batch_size` (None: bounded
-  by memory)."""
+  """What `evaluate_run` scores.
+
+  Attributes:
+    split: the official split scored where `nodes` is empty: "test" or "val".
+    nodes: node counts; not empty: freshly sampled graphs of each size instead
+      (`sample_graphs`).
+    max_samples: the split's first samples scored (None: all of it); with `nodes`, the
+      graphs drawn per size (None: the test split's count).
+    batch_size: the evaluation batch size; None: `learner.default_test_batch_size`.
+    sample_seed: the sampler seed of the `nodes` graphs.
+  """
   split: str = "test"
   nodes: Sequence[int] = ()
   max_samples: Optional[int] = None
@@ -152,8 +194,31 @@ MEASURES = ("hints", "update_gate", "history_gate", "markov")
 def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (), *,
                  algorithm: Optional[str] = None, cache_dir: Optional[str] = None,
                  log=print) -> Dict[str, Any]:
-  """Scores of a saved run on `target`, with the `measures` asked for (MEASURES);
-  `algorithm`: a multi-task model's algorithm to score (else the run's)."""
+  """Scores a saved run on `target`, with the `measures` asked for.
+
+  Args:
+    run_dir: the run folder (`load_run`).
+    target: what is scored.
+    measures: names from MEASURES: "hints" (`measures.hint_accuracy`), "update_gate",
+      "history_gate", "markov" (the tested checkpoint with the history zeroed, judged by
+      `rule.markov_in_effect`).
+    algorithm: a multi-task model's algorithm to score; None: the run's.
+    cache_dir: the split cache.
+    log: takes one line per score and measure.
+
+  Returns:
+    {"run_dir", "algorithm", "algorithms", "model" and "seed" (params.npz's metadata,
+    else result.json's), "step" (the metadata's), "history", "history_scope",
+    "result_test_score" (result.json's), "scores": one entry per split or size, with
+    "source", "nb_nodes", "seed", "num_samples", "score", "scores", each measure's
+    result, and on the test split "as_tested" where `rule.as_the_run_was_tested` says}.
+
+  Raises:
+    ValueError: an unknown measure, or "update_gate" for a processor other than
+      triplet_gmpnn.
+    RunMismatch: as `load_run`; "history_gate" for a model without the gated history;
+      "markov" for a params.npz that is not the checkpoint the run tested.
+  """
   unknown = sorted(set(measures) - set(MEASURES))
   if unknown:
     raise ValueError(f"unknown measures {unknown}; known: {MEASURES}")
@@ -256,8 +321,11 @@ def _score(model, run: Mapping[str, Any], entry: Dict[str, Any], feedback, targe
 
 
 def hint_summary(name: str, entry: Mapping[str, Any], below: float = 0.99) -> str:
-  """One line: the hint's overall accuracy, the first step below `below`, and the
-  accuracy at each tenth of the trajectory."""
+  """One line of a `measures.hint_accuracy` entry.
+
+  The hint's overall accuracy, the first step whose accuracy is below `below` ("none"),
+  and the accuracy at each tenth of the steps and at the last.
+  """
   steps, acc = entry["steps"], entry["accuracy"]
   first = next((s for s, a in zip(steps, acc) if a < below), None)
   marks = sorted({steps[min(len(steps) - 1, (len(steps) * k) // 10)] for k in range(10)}
@@ -279,6 +347,12 @@ def _nodes(text: str) -> List[int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  """The command line (module docstring); returns 0.
+
+  Exits with status 2 and one line on stderr for a usage error (argparse), a missing
+  params.npz, a replay that is not the run (--record-for), a RunMismatch or an unreadable
+  params.npz.
+  """
   parser = argparse.ArgumentParser(
       description=__doc__.split("\n\n")[0],
       formatter_class=argparse.RawDescriptionHelpFormatter,

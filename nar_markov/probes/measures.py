@@ -26,9 +26,15 @@ from nar_markov.nets import model as model_lib
 
 def output_predictions(model, params, feedback, algorithm_index: int, batch_size: int,
                        max_samples: Optional[int] = None):
-  """(hard output predictions {name: clrs.DataPoint}, the true outputs) of the first
-  `max_samples` samples of `feedback`, in learner.evaluate_split's batches: scored
-  (`score_predictions`) they give its score."""
+  """The hard output predictions and the true outputs of the first `max_samples` samples.
+
+  Run in `learner.evaluate_split`'s equal batches, so that scored (`score_predictions`)
+  they give its score.
+
+  Returns:
+    (predictions {name: clrs.DataPoint}, the true outputs [clrs.DataPoint]), of the
+    scored samples only.
+  """
 
   feedback, n_total = batching.at_most(feedback, max_samples)
   nb_batches = -(-n_total // max(1, min(batch_size, n_total)))
@@ -55,8 +61,12 @@ def score_predictions(preds, truth) -> Dict[str, Any]:
 
 
 def predictions_changed(a, b) -> float:
-  """Share of output predictions (a node's pointer, mask bit or scalar; a one-hot's class)
-  that differ between two {name: clrs.DataPoint} of the same samples."""
+  """The share of output predictions that differ between `a` and `b`.
+
+  `a` and `b`: {name: clrs.DataPoint} of the same samples.  A prediction is a node's
+  pointer, mask bit or scalar; for MASK_ONE, CATEGORICAL and PERMUTATION_POINTER outputs,
+  the argmax over the last axis.
+  """
 
   changed = total = 0
   for name, dp in a.items():
@@ -70,12 +80,22 @@ def predictions_changed(a, b) -> float:
 
 def markov_measure(model, zeroed, params, feedback, algorithm_index: int, batch_size: int,
                    max_samples: Optional[int] = None, trained=None) -> Dict[str, Any]:
-  """How much the net's outputs on `feedback` depend on h(t-1): its score as trained
-  (`model`), with the history zeroed in every consumer (`zeroed`: `rule.zeroed_config`'s net,
-  same `params`), the share of predictions that change, and the gate norm: ||what the
-  processor input receives of h(t-1)||/sqrt(d) over nodes, the steps t >= 1 each trajectory
-  has, then samples (the validation curve's `hidden_norm`; for G-ForgetNet ||g * h(t-1)||).
-  `trained`: `output_predictions` of `model`, if already made."""
+  """How much the net's outputs on `feedback` depend on h(t-1).
+
+  Args:
+    model: the net as trained.
+    zeroed: the same net with the history zeroed in every consumer (`rule.zeroed_config`),
+      run with the same `params`.
+    params, feedback, algorithm_index, batch_size, max_samples: as `output_predictions`.
+    trained: `output_predictions` of `model`, if already made.
+
+  Returns:
+    {"score", "scores": as trained; "score_history_zeroed", "scores_history_zeroed";
+    "delta": the zeroed score minus the trained one; "predictions_changed"
+    (`predictions_changed`); "gate_norm": ||what the processor input receives of
+    h(t-1)||/sqrt(d) over nodes, the steps t >= 1 each trajectory has, then samples (the
+    validation curve's `hidden_norm`; for G-ForgetNet ||g * h(t-1)||)}.
+  """
 
   preds, truth = trained or output_predictions(model, params, feedback, algorithm_index,
                                                batch_size, max_samples)
@@ -94,13 +114,15 @@ def markov_measure(model, zeroed, params, feedback, algorithm_index: int, batch_
 
 def hint_accuracy(model, params, feedback, algorithm_index: int, batch_size: int,
                   max_samples: Optional[int] = None) -> Dict[str, Any]:
-  """Per-step accuracy of each hint on `feedback`, the model feeding back its own hint
-  predictions (repred, as at test time).
+  """The per-step accuracy of each hint on the first `max_samples` samples of `feedback`.
 
-  Returns {hint name: {"steps": [t = 1, 2, ...], "accuracy": [...], "samples": [...],
-  "overall": float}}: at step t, clrs.evaluate_hints's score of the hint predicted for
-  step t over the trajectories longer than t ("samples" of them); "overall" is
-  clrs.evaluate_hints's, the steps weighted by those counts.
+  The model feeds back its own hint predictions (repred, as at test time).
+
+  Returns:
+    {hint name: {"steps": [t = 1, 2, ...], "accuracy": [...], "samples": [...],
+    "overall": float}}: at step t, clrs.evaluate_hints's score of the hint predicted for
+    step t over the trajectories longer than t ("samples" of them); "overall" is
+    clrs.evaluate_hints's, the steps weighted by those counts.
   """
 
   spec = model.specs[algorithm_index]
@@ -165,12 +187,20 @@ def _run_intercepted(model, params, feedback, algorithm_index: int, batch_size: 
 
 def update_gate_stats(model, params, feedback, algorithm_index: int, batch_size: int,
                       max_samples: Optional[int] = None) -> Dict[str, float]:
-  """Mean of the processor's update gate u = sigmoid(gate3(.)) and the shares of u < 0.1
-  and u > 0.9 over the nodes, features and steps of `feedback` (padded samples and steps
-  past a trajectory's end included), run as at test time.
+  """The processor's update gate u = sigmoid(gate3(.)) on `feedback`, run as at test time.
 
+  Over the nodes, features and steps of the first `max_samples` samples (the repeated
+  samples that fill up the last batch, and the steps past a trajectory's end, included).
   Computed with the reference net, whose gate3 is the last hk.Linear the processor calls:
   found by tracing the forward pass abstractly (jax.eval_shape), then intercepted.
+
+  Returns:
+    {"module": gate3's haiku name, "mean": the mean of u, "share_below_0.1",
+    "share_above_0.9": the shares of u < 0.1 and u > 0.9, "calls": the gate's calls
+    recorded}.
+
+  Raises:
+    ValueError: a processor other than triplet_gmpnn, or no processor Linear found.
   """
 
   if model.config.processor != "triplet_gmpnn":
@@ -209,17 +239,25 @@ TOP_CHANNELS = (1, 2, 4, 8, 16)
 
 def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size: int,
                        max_samples: Optional[int] = None) -> Dict[str, Any]:
-  """G-ForgetNet's history gate g(t) (Eq. 5) and what passes it, g(t) * h(t-1), over the
-  nodes and steps of `feedback` (padded samples and steps past a trajectory's end included),
-  run as at test time.
+  """G-ForgetNet's history gate g(t) (Eq. 5) and what passes it, g(t) * h(t-1), on `feedback`.
 
-  Returns the means over nodes and steps of ||g||/sqrt(d), ||h(t-1)||/sqrt(d) and
-  ||g * h(t-1)||/sqrt(d) (the last is the paper's gate norm, Sec. 5 / Fig. 5); the shares of
-  gate entries below 0.1 and above 0.9; and, per hidden channel k, how the history that passes
-  is spread: `top_share[n]`, the share of sum (g_k h_k)^2 carried by the n channels that carry
-  most, and those channels with the rms of g_k and h_k.  This tells a gate that lets little
-  history through from one that is shut on most channels and open on a few large ones (the
-  penalty is on ||g||, not on what passes).
+  Over the nodes and steps of the first `max_samples` samples, run as at test time (the
+  repeated samples that fill up the last batch, and the steps past a trajectory's end,
+  included).  This tells a gate that lets little history through from one that is shut on
+  most channels and open on a few large ones (the penalty is on ||g||, not on what
+  passes).
+
+  Returns:
+    {"gate_norm", "history_norm", "gated_norm": the means over nodes and steps of
+    ||g||/sqrt(d), ||h(t-1)||/sqrt(d) and ||g * h(t-1)||/sqrt(d) (the last is the paper's
+    gate norm, Sec. 5 / Fig. 5); "share_below_0.1", "share_above_0.9": the shares of gate
+    entries; "top_share": {n: the share of sum_k (g_k h_k)^2 carried by the n channels k
+    that carry most} for n in TOP_CHANNELS up to d; "top_channels": the 8 channels that
+    carry most, each with its share and the rms of g_k and h_k; "calls": the gate's calls
+    recorded}.
+
+  Raises:
+    ValueError: a net without the gated history.
   """
 
   if model.config.history != "gated":

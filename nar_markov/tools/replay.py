@@ -1,16 +1,16 @@
-"""Replay a finished run from its own folder: its config.gin, trained again into another results folder.
+"""Replay a finished run from its folder: its config.gin, trained again into another results folder.
 
 A run folder ``<results>/<model>/<algorithm>/seed<k>/`` keeps the config.gin it was
 trained with beside its result.json.  `check_folder` parses that config.gin alone with
-today's code and asks nar_markov.store.runs whether the result it holds is done with the run
+this code and asks nar_markov.store.runs whether the result it holds is done with the run
 definition the gin gives (model, history, settings, λ: `runs.check_result`, as the sweep
 asks) -- the folder then says everything needed to train the run again.  `replay` trains
 it (experiment.run_from_gin: the same label, algorithm(s) and seed) into another results
 folder, with the λ calibration record the run read copied along.
 
 CLI:
-  python -m nar_markov.tools.replay results/pilot/forget/insertion_sort/seed0 --results /tmp/replay
-  python -m nar_markov.tools.replay <run folder> --results <folder> --dry-run   # check, print the plan
+  python -m nar_markov.tools.replay results/pilot/forget/insertion_sort/seed0 --results R
+  python -m nar_markov.tools.replay <run folder> --results R --dry-run   # check, print the plan
 Errors (a folder without config.gin or result.json, an empty config.gin, one that does not
 give the result's run) are one line on stderr, exit status 2.
 """
@@ -35,8 +35,15 @@ class ReplayError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """What a replay trains: the run of `folder` (its result `result`), parsed from its
-  config.gin; `source_root` the results folder it was trained into."""
+  """What a replay trains: the run of `folder`, as its config.gin gives it (`check_folder`).
+
+  Attributes:
+    folder: the run folder.
+    result: its result.json.
+    source_root: the results folder it was trained into.
+    definition: the run definition its config.gin gives (`runspec.definition_of`).
+    record: the λ calibration record the run reads, or None.
+  """
   folder: pathlib.Path
   result: Dict[str, Any]
   source_root: pathlib.Path
@@ -45,24 +52,33 @@ class Plan:
 
   @property
   def model(self) -> str:
+    """The run's label."""
     return self.result["model"]
 
   @property
   def algorithms(self) -> List[str]:
+    """The algorithms its processor trains: a multi-task run's all, else its one."""
     return list(self.result.get("multitask_algorithms") or [self.result["algorithm"]])
 
   @property
   def multitask(self) -> bool:
+    """Whether the label is a multi-task one."""
     from nar_markov.config import components  # pylint: disable=g-import-not-at-top
     return self.model.endswith(components.MULTITASK_SUFFIX)
 
   def target(self, results_dir) -> pathlib.Path:
+    """The run's folder under `results_dir`: where the replay's result goes."""
     return runs.run_dir(results_dir, self.model, self.result["algorithm"], self.result["seed"])
 
 
 def read_folder(folder) -> Dict[str, Any]:
-  """The result of run folder `folder`; ReplayError unless it has a config.gin and a
-  usable result.json that names this folder's model, algorithm and seed."""
+  """The result.json of a finished run folder.
+
+  Raises:
+    ReplayError: `folder` is not a folder; it has no config.gin or result.json, or an
+      empty config.gin; its result.json is not usable (`runs.read_result`) or names
+      another model, algorithm or seed than the folder's place says.
+  """
   folder = pathlib.Path(folder).absolute()
   if not folder.is_dir():
     raise ReplayError(f"{folder} is not a folder")
@@ -84,9 +100,16 @@ def read_folder(folder) -> Dict[str, Any]:
 
 
 def check_folder(folder) -> Plan:
-  """The replay plan of `folder`, after checking that its config.gin, parsed alone with
-  today's code, gives the run its result.json records (runs.check_result with
-  components.resolve and runspec.definition_of: done or diverged).  ReplayError otherwise."""
+  """The replay plan of `folder`, once its config.gin is found to give the run it records.
+
+  The config.gin is parsed alone with this code (into this process's gin state); it gives
+  the run where `runs.check_result` of its definition (`components.resolve`,
+  `runspec.definition_of`) finds the result done or diverged; params.npz is not needed.
+
+  Raises:
+    ReplayError: as `read_folder`; the config.gin does not parse or resolve with this
+      code, or gives another run.
+  """
   from nar_markov.config import components  # pylint: disable=g-import-not-at-top
   from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top
   from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top
@@ -116,8 +139,17 @@ def check_folder(folder) -> Plan:
 
 
 def copy_record(plan: Plan, results_dir) -> Optional[pathlib.Path]:
-  """The run's calibration record, copied to the same place under `results_dir` (where
-  the run reads λ); an existing different one there is a ReplayError (never replaced)."""
+  """Copies the run's calibration record to the same place under `results_dir`.
+
+  That is where the replayed run reads λ.
+
+  Returns:
+    The copy's path (an identical file there is kept), or None where the run reads no
+    record.
+
+  Raises:
+    ReplayError: another file is there already (never replaced).
+  """
   if plan.record is None:
     return None
   target = pathlib.Path(results_dir) / plan.record.relative_to(plan.source_root)
@@ -132,7 +164,11 @@ def copy_record(plan: Plan, results_dir) -> Optional[pathlib.Path]:
 
 
 def describe(plan: Plan, results_dir) -> str:
-  """The plan in a few lines."""
+  """The plan in a few lines, for the command line.
+
+  The run, its config.gin, the folder it goes to, and where they apply its algorithms,
+  its λ record and the code version it was trained at.
+  """
   r = plan.result
   lines = [f"run       {plan.model}/{r['algorithm']}/seed{r['seed']} ({r['status']}, "
            f"test_score {r['test_score']}, {r['steps']} steps)",
@@ -149,7 +185,15 @@ def describe(plan: Plan, results_dir) -> str:
 
 
 def replay(folder, results_dir) -> Dict[str, Any]:
-  """Train the run of `folder` again into `results_dir`; its new result."""
+  """Trains the run of `folder` again into `results_dir`, its calibration record copied along.
+
+  Returns:
+    The new result.json.
+
+  Raises:
+    ReplayError: as `check_folder`, `check_target` and `copy_record`, or the replay wrote
+      no usable result; and what training raises (`experiment.run_from_gin`).
+  """
   from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   plan = check_folder(folder)
   check_target(plan, results_dir)
@@ -165,7 +209,12 @@ def replay(folder, results_dir) -> Dict[str, Any]:
 
 
 def check_target(plan: Plan, results_dir) -> None:
-  """A replay writes into another results folder than the run's own."""
+  """Checks that a replay may write into `results_dir`.
+
+  Raises:
+    ReplayError: it is the run's own results folder, or a sweep could not write there
+      (`runs.check_results_folder`).
+  """
   if pathlib.Path(results_dir).resolve() == plan.source_root.resolve():
     raise ReplayError(f"--results {results_dir} is the run's own results folder: "
                       "replay into another one")
@@ -176,6 +225,11 @@ def check_target(plan: Plan, results_dir) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  """The command line (module docstring); returns the exit status.
+
+  Returns:
+    0, or 2 for a ReplayError, said in one line on stderr.
+  """
   quiet.setup(argv)  # before training imports clrs/tensorflow: no start-up banners
   parser = argparse.ArgumentParser(prog="python -m nar_markov.tools.replay",
                                    description=__doc__.split("\n")[0])

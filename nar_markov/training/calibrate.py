@@ -36,20 +36,39 @@ from nar_markov.config.lambda_heuristic import (
 
 
 def log(msg: str) -> None:
+  """Writes `msg` to stderr, prefixed with the module's name."""
   print(f"[nar_markov.training.calibrate] {msg}", file=sys.stderr, flush=True)
 
 
 def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaHeuristic] = None,
                         *, net=None, protocol=None) -> Dict[str, Any]:
-  """Calibrate λ for `algorithm` (gin parsed: the protocol); write and return its record.
+  """Calibrates λ for `algorithm`: trains the heuristic's runs, writes and returns its record.
 
-  Resumable: finished calibration runs and search trials are read back, a
-  killed one resumes from its checkpoint.  A valid record with the same
-  settings is returned as it is; one with other settings, or an unreadable
-  one, is an error (never overwritten).  `net` and `protocol` (None: gin's)
-  are G-ForgetNet's (the history is 'gated' whatever `net` says); the
-  calibration runs take the protocol with train_steps = the calibration step
-  on the same cosine horizon.
+  The λ = 0 run of every calibration seed (and under the 'constant' reading the search
+  trials) is trained with `experiment.run_experiment` under the label "calibrate", on
+  G-ForgetNet's net (history 'gated' whatever `net` says) and the protocol with
+  train_steps cut to the calibration step on the same cosine horizon, each keeping its
+  final state.  Resumable: finished runs are read back, a killed one resumes from its
+  checkpoint.  Under 'constant', the saved states of the trials no G-ForgetNet run can
+  continue from are deleted once the record is written.
+
+  Args:
+    algorithm: a CLRS-30 name.
+    results_dir: the results folder the runs and the record go under.
+    heuristic: the λ heuristic; None: `LambdaHeuristic()` (gin's).
+    net, protocol: the components; None: gin's.
+
+  Returns:
+    The record.  A valid record there with these settings is returned as it is, nothing
+    trained.
+
+  Raises:
+    CalibrationError: `results_dir` is a file; the record there is unusable or was made
+      with other settings or another heuristic (never overwritten); a seed's λ = 0 run
+      has a gate term G that is not > 0; a search trial there was trained with another λ
+      than the search asks for.
+    ValueError: what `experiment.run_experiment` raises for components, an algorithm or
+      results that make no run.
   """
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
@@ -196,7 +215,11 @@ def _remove_unused_trial_states(record: Dict[str, Any]) -> None:
 
 def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
                        algorithm: str, results_dir: str) -> str:
-  """A sweep's calibration job: parse gin afresh, calibrate, return the record path."""
+  """A sweep's calibration job: parses gin afresh, calibrates `algorithm`, returns the record path.
+
+  The gin is `gin_files`, then `gin_params`; `calibrate_algorithm` under `results_dir`
+  with gin's heuristic and components.
+  """
   from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
   config_lib.parse_gin(gin_files, gin_params)
   h = LambdaHeuristic()
@@ -206,6 +229,12 @@ def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
 
 
 def main(argv=None) -> int:
+  """The command line (module docstring); returns the exit status.
+
+  Returns:
+    0, or 2 for a CalibrationError, said in one line on stderr (argparse exits with 2 for
+    a usage error).
+  """
   quiet.setup(argv)  # before training imports clrs/tensorflow: no start-up banners
   parser = argparse.ArgumentParser(prog="python -m nar_markov.training.calibrate",
                                    description=__doc__.split("\n")[0])

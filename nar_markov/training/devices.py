@@ -16,15 +16,21 @@ _SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_ti
 
 
 def describe_host_cpu(cpuinfo: Optional[str] = None) -> Dict[str, Any]:
-  """{"model": ..., "simd": [...]}: the host CPU's model name and the SIMD extensions
-  of _SIMD_FLAGS it has (Linux /proc/cpuinfo; elsewhere platform.processor(), simd None).
+  """The host CPU's model name and the SIMD extensions XLA's CPU code generation picks kernels by.
 
-  Training is bitwise deterministic on one kind of CPU with one thread count, not
-  across CPUs: XLA compiles for the host's extensions, so another CPU gives other
-  rounding and, after a few steps, another trajectory (seen here: the same code,
-  versions and seed validated at 0.831 and at 0.7715 after 50 steps on two x86-64
-  machines).  The thread count is `xla_cpu_threads`.  result.json records both so a
-  rerun can tell which case it is in.
+  Training is bitwise deterministic on one kind of CPU with one thread count
+  (`xla_cpu_threads`), not across CPUs: XLA compiles for the host's extensions, so another
+  CPU rounds otherwise and, after a few steps, trains another trajectory.  result.json
+  records both, so that a rerun can tell which case it is in.
+
+  Args:
+    cpuinfo: the text of /proc/cpuinfo; None: read it.
+
+  Returns:
+    {"model": its "model name" (else platform.processor(), else None), "simd": the
+    extensions of `_SIMD_FLAGS` in its "flags" (else "Features") field, in that order}.
+    Where /proc/cpuinfo does not read: {"model": platform.processor() or
+    platform.machine() or None, "simd": None}.
   """
   if cpuinfo is None:
     try:
@@ -42,12 +48,14 @@ def describe_host_cpu(cpuinfo: Optional[str] = None) -> Dict[str, Any]:
 
 
 def xla_cpu_threads() -> int:
-  """The threads of XLA:CPU's pool in this process, as XLA counts them
-  (`xla::DefaultThreadPoolSize`): PJRT_NPROC, else NPROC, else the CPUs the process
-  may run on.  The training entry points set PJRT_NPROC = 2 where neither is set
-  (nar_markov/training/threads.py):
-  work is split by it, and with it the rounding.  Read from the environment, so it is
-  the pool's size as long as nothing changed PJRT_NPROC after JAX made its CPU client."""
+  """The size of XLA:CPU's thread pool in this process, as XLA counts it.
+
+  As `xla::DefaultThreadPoolSize`: PJRT_NPROC, else NPROC (the first that is an integer;
+  a negative one as 0), else the CPUs the process may run on.  The training entry points
+  set PJRT_NPROC = 2 where neither is set (`threads.pin_xla_threads`): work is split by
+  it, and with it the rounding.  Read from the environment, so it is the pool's size as
+  long as nothing changed PJRT_NPROC after JAX made its CPU client.
+  """
   for name in ("PJRT_NPROC", "NPROC"):
     try:
       return max(0, int(os.environ[name]))
@@ -59,12 +67,14 @@ def xla_cpu_threads() -> int:
 
 
 def describe_backend() -> Dict[str, Any]:
-  """{"backend": "cpu"|"gpu"|"tpu", "device_kind": ..., "device_count": ...,
-  "host_cpu": describe_host_cpu(), "xla_cpu_threads": xla_cpu_threads()}.
+  """The JAX backend and devices of this process, for result.json and job logs.
 
-  A GPU job that silently fell back to the CPU (a CPU-only jaxlib, no visible
-  GPU) reads "cpu" here; `device_kind` is the first local device's, e.g.
-  "NVIDIA H100 80GB HBM3" or "cpu".
+  Returns:
+    {"backend": jax.default_backend() ("cpu", "gpu", "tpu"), "device_kind": the first
+    local device's (e.g. "NVIDIA H100 80GB HBM3" or "cpu"; None without one),
+    "device_count": the local devices, "host_cpu": `describe_host_cpu()`,
+    "xla_cpu_threads": `xla_cpu_threads()`}.  A GPU job that fell back to the CPU (a
+    CPU-only jaxlib, no visible GPU) reads "cpu".
   """
   devices = jax.local_devices()
   return {"backend": jax.default_backend(),
@@ -85,14 +95,21 @@ class GpuError(RuntimeError):
 def check_gpus(asked: int, local_devices: Optional[Sequence[Any]] = None,
                environ: Optional[Dict[str, str]] = None,
                plugins: Optional[Sequence[str]] = None) -> None:
-  """Raise GpuError unless JAX runs on at least `asked` GPUs in this process.
+  """Raises GpuError unless JAX runs on at least `asked` GPUs in this process.
 
-  A job that asked its scheduler for a GPU and silently trained on the CPU costs a
-  sweep days; this stops it at its start instead.  The message names the first cause
-  that applies: CUDA_VISIBLE_DEVICES hides the GPUs, no CUDA plugin for jaxlib is
-  installed, or JAX found fewer GPUs than asked (its own warning in the job's log says
-  why, e.g. the driver).  `local_devices`, `environ`, `plugins` (installed CUDA plugin
-  distributions): this process's, unless given (tests).
+  A job that asked its scheduler for GPUs and would train on the CPU is stopped at its
+  start.
+
+  Args:
+    asked: the GPUs the job asked for (slurm_resources.gpus_per_task).
+    local_devices, environ, plugins: this process's JAX devices, environment and
+      installed CUDA plugin distributions (`installed_cuda_plugins`), unless given.
+
+  Raises:
+    GpuError: fewer GPUs than asked.  The message names the first cause that applies:
+      CUDA_VISIBLE_DEVICES hides the GPUs, jaxlib has no CUDA plugin installed, or JAX
+      found fewer GPUs than asked (its own warning in the job's log says why, e.g. the
+      driver).
   """
   devices = jax.local_devices() if local_devices is None else list(local_devices)
   environ = os.environ if environ is None else environ
@@ -115,7 +132,11 @@ def check_gpus(asked: int, local_devices: Optional[Sequence[Any]] = None,
 
 
 def installed_cuda_plugins() -> list:
-  """Which of CUDA_PLUGINS are installed (else which jax_plugins modules JAX would load)."""
+  """The installed distributions of `CUDA_PLUGINS`, as "<name> <version>".
+
+  Where none is installed: the jax_plugins modules (xla_cuda12, xla_cuda13) that JAX
+  would load, where present.
+  """
   found = []
   for name in CUDA_PLUGINS:
     try:

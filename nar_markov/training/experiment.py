@@ -35,29 +35,38 @@ def run_experiment(*,
                    protocol: Any = _GIN,
                    penalty: Any = _GIN,
                    save_final_state: Any = _GIN) -> Any:
-  """Train the net on `algorithm` with `seed`; write and return the result dict(s).
+  """Trains the net on `algorithm` for `seed`; writes and returns the result(s).
 
-  The one training loop, as dm-clrs's run.py: a job trains a list of algorithms
-  with one processor (single-task is a list of one) for one or more seeds.
+  The one training loop, as dm-clrs's run.py: a job trains a list of algorithms with one
+  processor (single-task: a list of one) for one or more seeds.  The input is checked
+  before jax is imported; then the XLA:CPU thread pool is pinned
+  (`threads.pin_xla_threads`) and the training loop runs (`train.run`).  A seed already
+  done with this definition (`runs.check_result`) is not trained again; a corrupt result
+  is moved aside and its seed trained again.
 
   Args:
-    algorithm: one CLRS-30 name, or a list trained by one processor (a multi-task
-      label, `<label>_multitask`: gin/multitask.gin).  One result.json per
-      algorithm, under <results_dir>/<model>/<algorithm>/seed<k>/.
-    seed: one seed -> one run's result (a dict algorithm -> result for a list of
-      algorithms); K distinct seeds -> a list of those.  K seeds of one algorithm
-      train together, one vmapped step, each as its separate run would
-      (docs/running.md, "Several seeds per job").
+    algorithm: one CLRS-30 name, or a list trained by one processor (needs a multi-task
+      label, `<label>_multitask`: gin/multitask.gin).  One result.json per algorithm,
+      under <results_dir>/<model>/<algorithm>/seed<k>/.
+    seed: one seed, or a sequence of K distinct seeds.  K seeds of one algorithm train
+      together, one vmapped step, each as its separate run would (docs/running.md,
+      "Several seeds per job").
     results_dir: the results root.
     model, net, protocol, penalty, save_final_state: the run's label and components
-      (components.Experiment); those not given are gin's (`components.resolve`, gin's
+      (`components.Experiment`); those not given are gin's (`components.resolve`: gin's
       ``run_experiment.*``); penalty=None given: no gate penalty.
 
-  Returns the result dict (one seed, one algorithm), else the list / dicts above.
-  Raises ValueError for a label, components, algorithms or seeds that cannot make a
-  run; a seed already done with this definition (runs.check_result) is skipped, a
-  result with other settings is an error, a corrupt one is moved aside and trained
-  again, and a seed another process trains is nar_markov.store.locks.LockHeld.
+  Returns:
+    For one seed (an int), its result.json dict for one algorithm, or for a list of
+    algorithms a dict algorithm -> result; for a sequence of seeds, a list of those, in
+    seed order.  A seed found done gives its recorded result; one stopped early
+    (`train.stop_after`) gives {"status": "interrupted", "steps": ...}.
+
+  Raises:
+    ValueError: a label, components, algorithms or seeds that cannot make a run, or a
+      result there made with other settings (never overwritten).
+    TypeError: a component of the wrong type.
+    nar_markov.store.locks.LockHeld: another process trains one of the seeds.
   """
   given = {k: v for k, v in (("model", model), ("net", net), ("protocol", protocol),
                              ("penalty", penalty), ("save_final_state", save_final_state))
@@ -82,8 +91,11 @@ def run_experiment(*,
 
 def as_gin(model: str, net: NetConfig, protocol: components.Protocol,
            penalty: Optional[components.GatePenalty]) -> str:
-  """The gin bindings of a run's label and components (config.gin of a run
-  started from Python without gin)."""
+  """The gin bindings of a run's label and components, every field bound.
+
+  The config.gin of a run started from Python without gin.  `penalty` None: no
+  GatePenalty bindings and no ``run_experiment.penalty``.
+  """
   lines = [f"run_experiment.model = {model!r}"]
   for name, value in (("NetConfig", net), ("Protocol", protocol), ("GatePenalty", penalty)):
     if value is None:
@@ -96,12 +108,19 @@ def as_gin(model: str, net: NetConfig, protocol: components.Protocol,
 
 
 def run_gin(exp: components.Experiment, gin_made_it: bool = False) -> str:
-  """A run's config.gin: the parsed gin less the launcher's settings, and after it -- where the caller gave the run
-  other components than that gin makes (nar_markov/training/calibrate.py's runs: their own
-  label, length and lambda) -- the run's own, which gin reads over the ones above.
-  Parsed alone, it gives the run that was trained (nar_markov/tools/replay.py).
-  `gin_made_it`: `exp` is what the parsed gin resolves to (no component given), so
-  the parsed gin alone is the run's."""
+  """A run's config.gin: parsed alone, it gives the run that was trained (tools/replay.py).
+
+  The parsed gin less the launcher's settings (`gin_files.without_launcher`).  Where the
+  caller gave the run other components than that gin resolves to (calibrate.py's runs:
+  their own label, length and λ), or the gin resolves to no run, the run's own bindings
+  (`as_gin`) follow it, which gin reads over the ones above.  With no gin parsed:
+  `as_gin` alone.
+
+  Args:
+    exp: the run's label and components.
+    gin_made_it: `exp` is what the parsed gin resolves to (no component given): the
+      parsed gin alone is the run's.
+  """
   # The launcher's settings (a Slurm overlay's resources) say how a sweep ran, not the run.
   model, net, protocol, penalty = exp.model, exp.net, exp.protocol, exp.penalty
   parsed = config_lib.without_launcher(gin.config_str())
@@ -126,10 +145,22 @@ def run_gin(exp: components.Experiment, gin_made_it: bool = False) -> str:
 def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
                  algorithms: Sequence[str], seeds: Sequence[int], results_dir: str,
                  multitask: bool = False) -> List[str]:
-  """A sweep's job: parse gin afresh in this process, train, return the result paths.
+  """A sweep's job: parses gin afresh in this process, trains, returns the result paths.
 
-  One job: `seeds` of one algorithm (K-seed mode when K > 1), or with
-  `multitask` one processor on all `algorithms` for each seed.
+  Args:
+    gin_files, gin_params: the gin to parse (`gin_files.parse_gin`).
+    algorithms: the job's algorithm (one), or with `multitask` all that one processor
+      trains.
+    seeds: the job's seeds (K > 1 of one algorithm: one vmapped step).
+    results_dir: the results root.
+    multitask: one processor on all `algorithms` for each seed.
+
+  Returns:
+    The result.json path of each (seed, algorithm), seed by seed.
+
+  Raises:
+    ValueError: a single-task job of not exactly one algorithm; and what
+      `run_experiment` raises.
   """
   config_lib.parse_gin(gin_files, gin_params)
   algorithms, seeds = list(algorithms), [int(s) for s in seeds]

@@ -33,14 +33,22 @@ from nar_markov.training import devices
 
 
 class SeedRun:
-  """One seed's bookkeeping: its folders, data streams, state (checkpoint.SeedState),
-  pending losses, evaluations, and its result.json files (one per algorithm).
+  """One seed's bookkeeping: folders, data streams, state, evaluations and result files.
 
-  Everything of a seed except its parameters and optimizer state, which the
-  training loop's stepper holds (train.py's `_OneSeed`: one seed's arrays; `_Stacked`: K
-  seeds' on a leading axis) and hands this object when it evaluates or checkpoints.
-  `job` is the loop's job (train.py's `_Job`: tasks, protocol, learner, model name), read
-  here, never changed.
+  Everything of a seed except its parameters and optimizer state, which the training
+  loop's stepper holds and hands in where it evaluates or checkpoints.  `state` (a
+  `checkpoint.SeedState`) is set by `start`.
+
+  Args:
+    job: the loop's job (tasks, protocol, learner, model name, gin text, ...), read here,
+      never changed.
+    seed: the seed.
+    job_dir: the folder of the job's checkpoint (`runs.job_folder`).
+    out_dirs: each algorithm's run folder, in task order.
+    streams: each algorithm's train stream.
+    vals: each algorithm's validation pool.
+    results_dir: the folder the run trains into, which result.json names its files
+      relative to; None: three folders above out_dirs[0].
   """
 
   def __init__(self, job, seed: int, job_dir: pathlib.Path,
@@ -60,16 +68,29 @@ class SeedRun:
 
   @property
   def name(self) -> str:
+    """The seed's name in logs.
+
+    `<model>/<algorithm>/seed<k>`; with several algorithms `<model>/seed<k> (<n> algorithms)`.
+    """
     if len(self.job.tasks) == 1:
       return f"{self.job.model}/{self.job.tasks[0].algorithm}/seed{self.seed}"
     return f"{self.job.model}/seed{self.seed} ({len(self.job.tasks)} algorithms)"
 
   @property
   def definitions(self) -> List[Dict[str, Any]]:
+    """Each task's run definition with this seed: what its checkpoint and results agree on."""
     return [dict(t.definition, seed=self.seed) for t in self.job.tasks]
 
   def start(self):
-    """Resume (checkpoint.resume), or initialise; returns (params, opt_state)."""
+    """Resumes (`checkpoint.resume`) or initialises the seed; returns (params, opt_state).
+
+    A fresh start initialises the parameters on each algorithm's first validation batch
+    (`Learner.init_state`); a state at step 0 without a validation is validated there.
+
+    Raises:
+      ValueError: the checkpoint or calibration state is not this job's
+        (`checkpoint.resume`).
+    """
     job = self.job
     saved = checkpoint.resume(self.ckpt_path, job.tasks, self.seed, self.definitions,
                               self.results_dir, self.name)
@@ -90,7 +111,14 @@ class SeedRun:
     return params, opt_state
 
   def evaluate(self, params, step_now: int) -> float:
-    """Validate on every algorithm's pool; returns the mean score (selection)."""
+    """Validates `params` at step `step_now` and records it; returns the mean score.
+
+    Each algorithm's pool draw for the step (`ValidationPool.draw(step_now)`) is scored
+    with hints: score, history norm and per-step hint loss go to its curves; the
+    selection then observes the scores (and keeps the parameters it selects).  Where
+    Protocol.test_every_steps divides `step_now`, the test split is scored too, into
+    curves["test"], never selecting.  The time counts as evaluation time.
+    """
     job, protocol = self.job, self.job.protocol
     t0 = time.time()
     scores = []
@@ -114,6 +142,10 @@ class SeedRun:
         step_now, scores, lambda: jax.tree_util.tree_map(np.asarray, params))
 
   def report(self, score: float) -> None:
+    """Logs step, train losses, validation `score`, best and speed (every 10 s at most).
+
+    At the last training step it always logs.
+    """
     job, state = self.job, self.state
     if time.time() - self.last_report > 10 or state.step == job.protocol.train_steps:
       self.last_report = time.time()
@@ -126,6 +158,11 @@ class SeedRun:
                f"{state.step / max(state.train_time_s, 1e-9):.2f} steps/s")
 
   def save_checkpoint(self, params, opt_state, path: Optional[pathlib.Path] = None) -> None:
+    """Writes the seed's checkpoint (`checkpoint.save`) to `path`, else the job's.
+
+    Its state, `params`, `opt_state` as its leaves, and the streams' states, as host
+    arrays.
+    """
     # The optimizer state as its leaves (optax's named tuples are rebuilt on
     # load from the optimizer: Learner.restore_opt_state); no pickle.
     checkpoint.save(path or self.ckpt_path, self.state,
@@ -134,8 +171,18 @@ class SeedRun:
                     [s.state_dict() for s in self.streams])
 
   def record(self, steps: Sequence[int], fetched: Sequence[Sequence[Any]]) -> Optional[int]:
-    """Log one window of fetched losses (per step, one per algorithm); returns
-    the first step with a non-finite loss of any algorithm."""
+    """Logs one window of fetched losses into each algorithm's train curve.
+
+    The curve gets one point, at the window's last step: each loss averaged over the
+    window.
+
+    Args:
+      steps: the window's steps.
+      fetched: per step, one `model.Losses` (host values) per algorithm.
+
+    Returns:
+      The window's first step with a non-finite total loss of any algorithm, else None.
+    """
     bad = None
     for s, per_task in zip(steps, fetched):
       if bad is None and not all(np.isfinite(float(l.total)) for l in per_task):
@@ -150,15 +197,24 @@ class SeedRun:
     return bad
 
   def adapt_lambda(self) -> None:
-    """After the losses up to this step are recorded: GatePenalty's adaptive lambda."""
+    """GatePenalty's adaptive λ, once the losses up to this step are recorded."""
     self.state.lambdas.adapt(self.job.tasks, self.state.step, self.state.curves, self.name)
 
   def diverge(self, step: int) -> None:
+    """Marks the run diverged at `step`, its first non-finite loss, and logs it."""
     self.state.diverged_step = step
     util.log(f"{self.name}: non-finite loss at step {step}: run diverged")
 
   def end(self, params, opt_state) -> List[Dict[str, Any]]:
-    """After the loop: the results, or (stopped early on purpose) the checkpoint."""
+    """After the loop: the results, or where the loop stopped early the checkpoint.
+
+    Returns:
+      Where the run stopped before train_steps without diverging (`train.stop_after`):
+      {"status": "interrupted", "steps": ...} per algorithm, its checkpoint written and no
+      result.  Else `finish`'s results; an undiverged run is checkpointed first (a kill
+      while testing loses no training), and with save_final_state its final state is
+      written into the first algorithm's run folder.
+    """
     if self.state.diverged_step is None and self.state.step < self.job.protocol.train_steps:
       # Stopped before the end (`stop_after`): leave the
       # checkpoint, write no result.
@@ -172,12 +228,21 @@ class SeedRun:
     return self.finish(params, opt_state)
 
   def finish(self, params=None, opt_state=None) -> List[Dict[str, Any]]:
-    """Score the best parameters on test; write one result.json per algorithm.
+    """Scores the best-validation parameters on test; writes one result.json per algorithm.
 
-    A diverged run is tested too, on its best validation parameters (from
-    before the divergence), and keeps its status: dm-clrs run.py never drops
-    a seed, so neither does the analysis.  Algorithm by algorithm, with a
-    checkpoint after each (given `params`): a kill keeps those tested.
+    A diverged run is tested too, on its best validation parameters (from before the
+    divergence), and keeps its status: dm-clrs run.py never drops a seed.  Algorithm by
+    algorithm; given `params` and several algorithms, a checkpoint after each test, so a
+    kill keeps those tested.  The other selection rules' parameters are tested where they
+    differ (`selection.test_others`).  Each run folder also gets params.npz of the best
+    parameters, where there are any; the checkpoint is deleted once every result is
+    written.
+
+    Args:
+      params, opt_state: the last parameters and optimizer state; None for a diverged run.
+
+    Returns:
+      Each algorithm's result.json dict (`runs.RunRecord.as_json`), in task order.
     """
     job, selection = self.job, self.state.selection
     if selection.best_params is not None:
@@ -205,7 +270,11 @@ class SeedRun:
     return results
 
   def test(self, params, task: runspec.Task, timed: bool = True) -> Dict[str, Any]:
-    """`params` scored on `task`'s test split (`timed`: its time counted here)."""
+    """`params` scored on `task`'s test split (`learner.evaluate_split`, no hints).
+
+    The split's first Protocol.test_max_samples samples, in the task's test batch size.
+    `timed`: the time is added to the seed's evaluation time.
+    """
     t0 = time.time()
     out = learner.evaluate_split(self.job.learner, params, task.test, task.index,
                                  task.test_batch_size, with_hints=False,

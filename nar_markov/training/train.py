@@ -41,8 +41,11 @@ _STOP_AFTER: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def stop_after(steps: int):
-  """Loops started inside stop after `steps` more steps (or at their end), leaving their
-  checkpoint and no result, as a job killed there would: how resumption is checked."""
+  """Training loops started inside stop after `steps` more steps (or at their end).
+
+  Such a loop leaves its checkpoint and no result, as a job killed there would: how
+  resumption is tested.  Context-local (a contextvars.ContextVar).
+  """
   token = _STOP_AFTER.set(int(steps))
   try:
     yield
@@ -51,9 +54,20 @@ def stop_after(steps: int):
 
 
 def run(resolved: runspec.Resolved) -> Any:
-  """Train what experiment.run_experiment checked and resolved (its docstring):
-  its tasks (one per algorithm) for its seeds.  Returns the results, shaped as
-  run_experiment says."""
+  """Trains what `experiment.run_experiment` checked and resolved: its tasks for its seeds.
+
+  Turns on the compilation cache.  A seed whose results are all done with this definition
+  (`runs.check_result`) is not trained: its results are read back.  The others are
+  trained under their job's lock (`locks.run_lock`), checked again once it is held; a
+  corrupt result is moved aside and its seed trained again.
+
+  Returns:
+    The results, shaped as `run_experiment` says.
+
+  Raises:
+    ValueError: a result there made with other settings (before anything is touched).
+    nar_markov.store.locks.LockHeld: another process trains one of the seeds.
+  """
   learner.setup_compilation_cache()
   tasks, seeds, model, results_dir = (resolved.tasks, resolved.seeds, resolved.model,
                                       resolved.results_dir)
