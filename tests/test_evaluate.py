@@ -279,6 +279,24 @@ def test_update_gate_stats_read_the_processors_update_gate(saved_run, data_cache
   assert wide["mean"] > 1 - 1e-6 and wide["share_above_0.9"] == 1.0
 
 
+def test_update_gate_on_a_net_without_one_is_one_line(saved_run, tmp_path, capsys):
+  """triplet_mpnn has no update gate: --update-gate is refused before any data is built,
+  in one line (exit 2), as --history-gate on a model without the gated history is."""
+  from nar_markov.probes import evaluate
+
+  run_dir, _, params = saved_run
+  _, config, meta = params_io.load_params(run_dir / "params.npz")
+  mpnn_dir = tmp_path / "mpnn_seed5"
+  params_io.save_params(mpnn_dir / "params.npz", params, dict(config, processor="triplet_mpnn"),
+                        meta)
+  with pytest.raises(SystemExit) as exit_info:
+    evaluate.main([str(mpnn_dir), "--update-gate"])
+  assert exit_info.value.code == 2
+  (line,) = capsys.readouterr().err.splitlines()
+  assert line.startswith("evaluate: error: --update-gate is for triplet_gmpnn") and (
+      "'triplet_mpnn'" in line), line
+
+
 def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_dir, capsys):
   """--history-gate intercepts G-ForgetNet's HistoryGate: its mean |g * h(t-1)| is the net's
   own gate norm (NetOutput.history_norm, the paper's Fig. 5 quantity); the gate's last bias far

@@ -30,7 +30,7 @@ from clrs._src import probing
 from clrs._src import specs
 
 from nar_markov.config import clrs30
-from nar_markov.config.netconfig import FAST_PROCESSORS
+from nar_markov.config.netconfig import FAST_PROCESSORS, NetConfig
 from nar_markov.nets import model as model_lib
 from nar_markov.nets import vjps
 
@@ -354,7 +354,7 @@ class FastNet(model_lib.Net):
       at each one's `clrs30.trajectory_bound` where it has one.
   """
 
-  def __init__(self, specs_, nb_dims, config: model_lib.NetConfig,
+  def __init__(self, specs_, nb_dims, config: NetConfig,
                algorithms: Optional[List[str]] = None, name: str = "net"):
     super().__init__(specs_, nb_dims, config, name=name)
     self._algorithms = None if algorithms is None else list(algorithms)

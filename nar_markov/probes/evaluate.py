@@ -157,7 +157,7 @@ def build_model(algorithms: Sequence[str], net_config: Dict[str, Any],
   if len(nb_dims) != len(algorithms):
     raise ValueError(f"{len(nb_dims)} nb_dims for {len(algorithms)} algorithms")
   config = netconfig.NetConfig(**net_config)
-  # Never stepped: the optimizer is only there because Model wants one.
+  # Never stepped: the optimizer is only there because Learner wants one.
   optimizer = learner.make_optimizer(1e-3, 1, 1.0)
   return learner.Learner([preprocessing.get_spec(a) for a in algorithms],
                          [dict(d) for d in nb_dims], config, optimizer,
@@ -214,9 +214,9 @@ def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (
     result, and on the test split "as_tested" where `rule.as_the_run_was_tested` says}.
 
   Raises:
-    ValueError: an unknown measure, or "update_gate" for a processor other than
-      triplet_gmpnn.
-    RunMismatch: as `load_run`; "history_gate" for a model without the gated history;
+    ValueError: an unknown measure.
+    RunMismatch: as `load_run`; "update_gate" for a processor other than triplet_gmpnn;
+      "history_gate" for a model without the gated history;
       "markov" for a params.npz that is not the checkpoint the run tested.
   """
   unknown = sorted(set(measures) - set(MEASURES))
@@ -227,6 +227,10 @@ def evaluate_run(run_dir, target: Target = Target(), measures: Sequence[str] = (
     # Checked before any data is built: the gate is measured per split or size.
     raise RunMismatch(f"--history-gate is for G-ForgetNet (the gated history); {run_dir} "
                       f"is a {run['net_config']['history']!r} model")
+  processor = run["net_config"].get("processor", "triplet_gmpnn")
+  if "update_gate" in measures and processor != "triplet_gmpnn":
+    raise RunMismatch(f"--update-gate is for triplet_gmpnn (the processor with an update "
+                      f"gate); {run_dir} trained on {processor!r}")
   zeroed = None
   if "markov" in measures:
     problem = rule.tested_checkpoint_problem(run["meta"], run["result"])
