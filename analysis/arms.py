@@ -36,7 +36,17 @@ def _last_window(run, fraction=0.05):
 
 
 def run_row(run):
-  """The per-run numbers of the table (fractions as %)."""
+  """The per-run numbers of the table, from one result.json.
+
+  Args:
+    run: a run's result (with its curves); one without a "selection" counts its
+      test_score as first_best.
+
+  Returns:
+    model, algorithm, seed; gate_norm and gate_norm_switch (NaN without a penalty start);
+    share (a fraction, NaN where the loss is 0); lambda (its last update, else
+    lambda_gate); test_<rule> for each of RULES in % (NaN where the rule has no score).
+  """
   val = run["curves"]["val"]
   start = run.get("penalty_start_step") or 0
   before = [n for s, n in zip(val["step"], val["hidden_norm"]) if s <= start]
@@ -56,7 +66,16 @@ def run_row(run):
 
 
 def arms_frame(runs):
-  """Per-seed rows and the per-(algorithm, model) means with Δ to ForgetNet."""
+  """Per-seed rows and the per-(algorithm, model) means with Δ to ForgetNet.
+
+  Args:
+    runs: results (calibrations left out by the caller).
+
+  Returns:
+    (per_seed: a `run_row` per run; means: per (algorithm, model), the seeds found and
+    the mean of each number, with delta_<rule> (paired on the seeds ForgetNet has too;
+    absent or NaN where it has none), sorted by algorithm, then model label order).
+  """
   per_seed = pd.DataFrame([run_row(r) for r in runs])
   means = per_seed.groupby(["algorithm", "model"]).agg(
       seeds=("seed", lambda s: ",".join(str(int(x)) for x in sorted(s))),
@@ -78,6 +97,7 @@ def arms_frame(runs):
 
 
 def to_markdown(means, per_seed):
+  """arms.md: a Markdown row per (algorithm, arm) of `means`, with the per-seed scores."""
   lines = ["| algorithm | arm | seeds | test (run.py) | Δ ForgetNet | test (last at best) | "
            "test (final) | gate norm: switch → end | penalty share (end) | λ (end) | per seed (run.py) |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -94,6 +114,7 @@ def to_markdown(means, per_seed):
 
 
 def main(argv=None):
+  """The command line (module docstring); returns 0, or 2 where there is no run."""
   parser = argparse.ArgumentParser(prog="python -m analysis.arms",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--results", required=True)

@@ -81,7 +81,16 @@ def _strip_markup(cell):
 
 
 def parse_table(tex, table):
-  """[(model, row, mean, std, unit)] of the table labelled tab:<table>."""
+  """The cells of the table labelled tab:<table> in the LaTeX source `tex`.
+
+  Returns:
+    [(model, row, mean, std, unit)], strings as printed (std '' where none is printed),
+    rows in the paper's order (left half, then right half of a two-column table), models
+    in column order.
+
+  Raises:
+    ValueError: no such table, or a row label or cell it cannot read.
+  """
   start = tex.index("\\label{tab:%s}" % table)
   body = tex[start : tex.index("\\end{tabular}", start)]
   header, body = body.split("\\midrule", 1)
@@ -126,6 +135,7 @@ def parse_table(tex, table):
 
 
 def main(argv):
+  """Writes the CSV of the module docstring to stdout; exits with the docstring on bad usage."""
   if len(argv) != 2:
     sys.exit(__doc__)
   with open(argv[1], encoding="utf-8") as f:

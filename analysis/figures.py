@@ -50,9 +50,16 @@ _OTHER_COLORS = ("tab:red", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "t
 
 
 def styles(models):
-  """{label: (colour, linestyle)}: the family's colour (labels.split_label), '-' for the
-  paper's label, '--' for a variant, ':' multi-task, '-.' a multi-task variant; labels of no
-  known family (and variants beyond the first of a family) get the colours left over."""
+  """The colour and line style of each model label, in labels.sort_models order.
+
+  The family's colour (labels.split_label); '-' for the paper's label, '--' for a variant,
+  ':' multi-task, '-.' a multi-task variant.  Labels of no known family, and labels whose
+  colour and style a label before them has already taken (a second variant of a family),
+  get the colours left over, in turn.
+
+  Returns:
+    {label: (colour, linestyle)}.
+  """
   spare = itertools.cycle(_OTHER_COLORS)
   out, used = {}, set()
   for label in labels.sort_models(models):
@@ -69,6 +76,7 @@ def styles(models):
 
 
 def display(label):
+  """A model label as a legend names it (labels.model_label, ', multi-task' added)."""
   return labels.model_label(label) + (", multi-task" if labels.split_label(label)[2] else "")
 
 
@@ -76,7 +84,11 @@ CHECKPOINT_FRACTIONS = (0.1, 0.5, 1.0)
 
 
 def smooth(y, window):
-  """Centred moving average ignoring NaN (the paper smooths its loss curves 'for clarity')."""
+  """Centred moving average of `y` over `window` points, ignoring NaN.
+
+  The paper smooths its loss curves 'for clarity'.  `y` is returned as it is (as floats)
+  for a window of 1 or less, or fewer than 3 points; a window of only NaN gives NaN.
+  """
   y = np.asarray(y, dtype=float)
   if window <= 1 or len(y) < 3:
     return y
@@ -102,7 +114,16 @@ def _series(run, group, key):
 
 
 def band(series_list):
-  """Mean and std over seeds on a common grid: (grid, mean, std)."""
+  """Mean and std over seeds on a common grid.
+
+  Args:
+    series_list: (steps, values) of each seed.
+
+  Returns:
+    (grid, mean, std): the grid is the longest seed's steps; each seed is interpolated
+    linearly on it, within its own range of finite values only; std is 0 for one seed
+    and where no seed has a value (the mean is NaN there).
+  """
   grid = max((s for s, _ in series_list), key=len)
   stacked = []
   for steps, values in series_list:
@@ -171,7 +192,15 @@ def _hint_step_entries(run):
 
 
 def labelled_path(flag):
-  """An argparse `type` for a command-line value LABEL=PATH (the figure CLIs' --run, --eval)."""
+  """An argparse `type` for a command-line value LABEL=PATH (the figure CLIs' --run, --eval).
+
+  Args:
+    flag: the flag, named in the error.
+
+  Returns:
+    A function of the value's text to (label, path); it raises ArgumentTypeError where
+    either is missing.
+  """
   import argparse
 
   def parse(text):
@@ -196,14 +225,19 @@ def savefig(fig, path):
 
 
 def save_figure(fig, out_dir, name):
+  """Writes `fig` as `<out_dir>/<name>.png` and `.pdf` (`savefig`) and closes it; the paths."""
   paths = [savefig(fig, pathlib.Path(out_dir) / f"{name}.{ext}") for ext in ("png", "pdf")]
   plt.close(fig)
   return paths
 
 
 def outside_legend(where, handles=None, labels_=None):
-  """One legend right of the axes (`where`: an Axes, or a Figure for several panels), each
-  label once, in the order first drawn."""
+  """Draws one legend right of the axes, each label once, in the order first drawn.
+
+  Args:
+    where: an Axes, or a Figure for several panels.
+    handles, labels_: the entries; None: those of `where`.  No legend without entries.
+  """
   if handles is None:
     handles, labels_ = where.get_legend_handles_labels()
   seen = {}
@@ -219,6 +253,17 @@ def outside_legend(where, handles=None, labels_=None):
 
 
 def plot_train_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
+  """`<algorithm>_train_loss` of the module docstring (log scale); [] without curves.
+
+  Args:
+    runs: results with curves.
+    algorithm: the algorithm drawn.
+    out_dir: where the figure goes.
+    models: the labels to draw; None: every label of `runs`.
+
+  Returns:
+    The paths written (PNG and PDF), or [].
+  """
   by_model = _runs_by_model(runs, algorithm, models)
   fig, ax = plt.subplots(figsize=(5, 3.5))
   if not _curve_plot(ax, by_model, "train", "loss", smooth_frac=0.04, log=True):
@@ -235,6 +280,7 @@ def plot_train_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
 
 
 def plot_hidden_norm(runs, algorithm, out_dir, models=FIGURE_MODELS):
+  """`<algorithm>_hidden_norm` of the module docstring; arguments and return as plot_train_loss."""
   by_model = _runs_by_model(runs, algorithm, models)
   fig, ax = plt.subplots(figsize=(5, 3.5))
   if not _curve_plot(ax, by_model, "val", "hidden_norm"):
@@ -252,9 +298,12 @@ def plot_hidden_norm(runs, algorithm, out_dir, models=FIGURE_MODELS):
 
 
 def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
-  """Loss per execution step at a few logged training steps (CHECKPOINT_FRACTIONS of the
-  longest run's log); a run contributes to a panel only if it logged that exact step (runs
-  log on a fixed schedule; one that stopped early, e.g. diverged, drops out of late panels).
+  """`<algorithm>_hint_step_loss`: loss per execution step at a few logged training steps.
+
+  The steps are at CHECKPOINT_FRACTIONS of the longest run's log; a run contributes to a
+  panel only if it logged that exact step (runs log on a fixed schedule; one that stopped
+  early, e.g. diverged, drops out of late panels).  Arguments and return as
+  `plot_train_loss`.
   """
   by_model = _runs_by_model(runs, algorithm, models)
   entries = {
@@ -315,7 +364,10 @@ def plot_hint_step_loss(runs, algorithm, out_dir, models=FIGURE_MODELS):
 
 
 def plot_val_score(runs, algorithm, out_dir, models=FIGURE_MODELS):
-  """Validation score over training per model label, mean ± std over seeds."""
+  """`<algorithm>_val_score`: validation score over training per label, mean ± std over seeds.
+
+  Arguments and return as `plot_train_loss`.
+  """
   by_model = _runs_by_model(runs, algorithm, models)
   fig, ax = plt.subplots(figsize=(5, 3.5))
   if not _curve_plot(ax, by_model, "val", "score"):
@@ -329,8 +381,12 @@ def plot_val_score(runs, algorithm, out_dir, models=FIGURE_MODELS):
 
 
 def plot_gate(runs, algorithm, out_dir, models=FIGURE_MODELS):
-  """The gated labels' gate term sum ||g|| (training, what the penalty acts on) beside
-  ||g*h||/sqrt(d) (validation), over training; [] without a gated run."""
+  """`<algorithm>_gate`: the gated labels' gate term beside their history norm.
+
+  The gate term sum ||g|| (training, what the penalty acts on) beside ||g*h||/sqrt(d)
+  (validation), over training; only labels with a run whose history is 'gated'.
+  Arguments and return as `plot_train_loss`; [] without a gated run.
+  """
   by_model = {m: rs for m, rs in _runs_by_model(runs, algorithm, models).items()
               if any(r.get("history") == "gated" for r in rs)}
   if not by_model:
@@ -359,9 +415,20 @@ OURS_VS_PAPER_MODELS = ("baseline", "forget", "gforget", "gforget_nopenalty")
 
 
 def plot_ours_vs_paper(agg, paper, out_dir, name="ours_vs_paper"):
-  """Per algorithm with results, per paper model (OURS_VS_PAPER_MODELS present in `agg`):
-  our mean ± std over seeds (filled) beside the paper's mean ± σ (hollow). agg:
-  results.aggregate(); paper: paper.load_paper_results(). [] without such results."""
+  """Ours beside the paper's, per algorithm with results and per paper model.
+
+  For each of OURS_VS_PAPER_MODELS present in `agg`: our mean ± std over seeds (filled)
+  beside the paper's mean ± σ (hollow).
+
+  Args:
+    agg: results.aggregate().
+    paper: paper.load_paper_results().
+    out_dir: where the figure goes (made where missing).
+    name: the file name, without extension.
+
+  Returns:
+    The paths written (PNG and PDF), or [] without such results.
+  """
   from analysis import paper as paper_lib
 
   models = [m for m in OURS_VS_PAPER_MODELS if (agg["model"] == m).any()]
@@ -398,11 +465,18 @@ def plot_ours_vs_paper(agg, paper, out_dir, name="ours_vs_paper"):
 
 
 def make_figures(runs, algorithms, out_dir, models=FIGURE_MODELS):
-  """The per-algorithm figures of the module docstring for each algorithm; returns the
-  written paths.
+  """The per-algorithm figures of the module docstring for each of `algorithms`.
 
-  models: the labels to draw (None: every label in `runs`). An algorithm without curves for
-  any model gets no figure and a printed note.
+  An algorithm without curves for any model gets no figure and a note on stdout.
+
+  Args:
+    runs: results with curves.
+    algorithms: the algorithms to draw.
+    out_dir: where the figures go (made where missing).
+    models: the labels to draw; None: every label in `runs`.
+
+  Returns:
+    The paths written.
   """
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)

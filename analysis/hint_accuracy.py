@@ -22,7 +22,15 @@ plt = figures.plt
 
 
 def read_evaluation(path):
-  """(algorithm, nb_nodes, {hint: {"steps", "accuracy", ...}}) of an evaluate --json file."""
+  """The per-step hint scores of an evaluate --json file: those of its first scored split.
+
+  Returns:
+    (algorithm, nb_nodes, {hint: {"steps", "accuracy", "overall", ...}}).
+
+  Raises:
+    ValueError: the file has no per-step hint scores (or is not JSON).
+    OSError: it cannot be read.
+  """
   data = json.loads(pathlib.Path(path).read_text())
   scores = data.get("scores") or []
   if not scores or "hints" not in scores[0]:
@@ -32,7 +40,19 @@ def read_evaluation(path):
 
 
 def plot_hint_accuracy(evaluations, out_dir, name):
-  """evaluations: [(label, path)]; one panel per hint of the first, all on one algorithm."""
+  """Draws the figure: one panel per hint of the first evaluation, a line per evaluation.
+
+  Args:
+    evaluations: [(label, path)] of evaluate --hints --json files.
+    out_dir: where the figure goes (made where missing).
+    name: the file name, without extension.
+
+  Returns:
+    The paths written (PNG and PDF).
+
+  Raises:
+    ValueError: as `read_evaluation`, or the files are of different algorithms or sizes.
+  """
   read = [(label,) + read_evaluation(path) for label, path in evaluations]
   algorithms = {(alg, n) for _, alg, n, _ in read}
   if len(algorithms) != 1:
@@ -59,6 +79,10 @@ def plot_hint_accuracy(evaluations, out_dir, name):
 
 
 def main(argv=None):
+  """The command line (module docstring): prints the paths written; returns 0.
+
+  A file that cannot be read or used is an argparse error (exit 2).
+  """
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--eval", dest="evaluations", type=figures.labelled_path("--eval"),
                       action="append", required=True,

@@ -36,8 +36,11 @@ CALIBRATION_DIRS = ("calibrate", "_calibration")
 
 
 def split_label(label):
-  """(family, variant, multitask) of a label: gforget_constant -> ('gforget', 'constant',
-  False); baseline_multitask -> ('baseline', '', True); an unknown label -> (None, '', ...)."""
+  """(family, variant, multitask) of a model label.
+
+  gforget_constant -> ('gforget', 'constant', False); baseline_multitask -> ('baseline',
+  '', True); a label of no family in FAMILIES -> (None, '', multitask).
+  """
   multitask = label.endswith(MULTITASK_SUFFIX)
   base = label[: -len(MULTITASK_SUFFIX)] if multitask else label
   for family in FAMILIES:
@@ -65,8 +68,13 @@ def paper_model(label):
 
 
 def model_label(label):
-  """Plain-text column name: MODEL_LABELS for the paper's labels, 'G-ForgetNet (constant)'
-  for a variant, the label itself otherwise (escape it for LaTeX)."""
+  """The plain-text column name of a model label.
+
+  MODEL_LABELS' name for a label there, or for a family's label with `_multitask`
+  (gforget_multitask -> 'G-ForgetNet'); the family's name and the variant for a variant
+  (gforget_constant -> 'G-ForgetNet (constant)'); the label itself otherwise (not
+  escaped: escape it for LaTeX).
+  """
   if label in MODEL_LABELS:
     return MODEL_LABELS[label]
   family, variant, _ = split_label(label)
@@ -78,8 +86,11 @@ def model_label(label):
 
 
 def model_sort_key(label):
-  """Paper labels in MODEL_LABELS order, each followed by its variants (alphabetically);
-  labels of no family last."""
+  """The sort key of a model label (`sort_models`).
+
+  The paper's labels in MODEL_LABELS order, each followed by its variants
+  (alphabetically); labels of no family last.
+  """
   order = list(MODEL_LABELS)
   family, variant, multitask = split_label(label)
   anchor = paper_model(label) or (
@@ -90,12 +101,16 @@ def model_sort_key(label):
 
 
 def sort_models(labels):
+  """The distinct `labels`, sorted by `model_sort_key`."""
   return sorted(set(labels), key=model_sort_key)
 
 
 def is_calibration(run):
-  """True for a lambda calibration run: model `calibrate`, or a file under a calibrate/ or
-  _calibration/ folder of the results tree (run['path'], relative)."""
+  """Whether `run` is a lambda calibration run, not a result.
+
+  It is where its model is `calibrate`, or its file (run['path'], relative to the results
+  tree) is under a top-level calibrate/ or _calibration/ folder or any _calibration/ one.
+  """
   if run.get("model") == CALIBRATION_MODEL:
     return True
   parts = pathlib.PurePosixPath(run.get("path", "")).parts[:-1]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The λ heuristic's evidence: calibration records and gate norms of both readings, from a results folder.
+"""The λ heuristic's evidence in a results folder: calibration records, both readings' gate norms.
 
   python analysis/lambda_evidence.py --results results/lambda_readings_1500 \
       --out results/lambda_readings_1500/tables
@@ -8,9 +8,9 @@ Writes `lambda_evidence.md` (per algorithm and reading: λ, the penalty's share 
 every search trial of the 'constant' reading; the test scores of baseline / gforget /
 gforget_constant) and `<algorithm>_gate_norm.png`: the validation hidden-state norm over
 training (paper Fig. 5; one legend entry per model, outside the axes; no date or version in
-the file, so the same results give the same bytes) of the baseline, G-ForgetNet under each reading, and the
-'constant' search's trial 0 -- λ = L/G of λ = 0 training applied from step 0, which is this
-project's earlier reading of the heuristic ("old calibration").
+the file, so the same results give the same bytes) of the baseline, G-ForgetNet under each
+reading, and the 'constant' search's trial 0 -- λ = L/G of λ = 0 training applied from step
+0 (the legend's "old calibration").
 """
 
 import argparse
@@ -38,6 +38,12 @@ def _read(path):
 
 
 def records(results):
+  """The calibration records under `<results>/_calibration/*/`, those that read.
+
+  Returns:
+    (reading, algorithm) -> record; of two folders with the same pair, the later in
+    sorted order wins.
+  """
   out = {}
   for path in sorted(pathlib.Path(results, "_calibration").glob("*/*.json")):
     rec = _read(path)
@@ -47,6 +53,8 @@ def records(results):
 
 
 def runs(results, model, algorithm):
+  """The result.json of each seed folder of `<results>/<model>/<algorithm>/` that reads,
+  in the folders' sorted (string) order."""
   return [r for r in (_read(p) for p in sorted(
       pathlib.Path(results, model, algorithm).glob("seed*/result.json"))) if r]
 
@@ -56,6 +64,8 @@ def _pct(x):
 
 
 def report(results) -> str:
+  """lambda_evidence.md: per algorithm and reading, the record and a test score; the
+  constant reading's search trials; the test scores of MODELS per algorithm."""
   recs = records(results)
   algorithms = sorted({a for _, a in recs} | {
       p.parent.parent.name for m, *_ in MODELS
@@ -103,6 +113,11 @@ def report(results) -> str:
 
 
 def plot(results, algorithm, out_dir):
+  """Writes `<out_dir>/<algorithm>_gate_norm.png` (module docstring).
+
+  Returns:
+    Its path, or None where there is no curve to draw.
+  """
   fig, ax = plt.subplots(figsize=(6, 3.6))
   drawn = 0
   for model, label, color, style in MODELS:
@@ -137,6 +152,10 @@ def plot(results, algorithm, out_dir):
 
 
 def main(argv=None) -> int:
+  """The command line (module docstring); returns 0, or 2 where --results is no folder.
+
+  A figure is drawn for each algorithm with a calibration record.
+  """
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--results", required=True)
   parser.add_argument("--out", required=True)

@@ -32,8 +32,8 @@ table unless asked: --split-by SETTING,... writes one table set per group into
 and protocol under two paths) are left out with a warning each and one closing line that
 says what to do.
 Errors are one line on stderr: bad arguments, no runs to tabulate or mixed protocols
-(exit 2, nothing written), an --out that cannot be written, e.g. read-only or a full disk (exit 1, the old
---out left as it was).
+(exit 2, nothing written), an --out that cannot be written, e.g. read-only or a full disk
+(exit 1, the old --out left as it was).
 """
 
 import argparse
@@ -80,7 +80,15 @@ def _write(path, text, written):
 
 
 def check_out_dir(out_dir, results_dir):
-  """ValueError unless `out_dir` may be replaced as a whole by make_all."""
+  """Checks that `out_dir` may be replaced as a whole by make_all.
+
+  It may where it does not exist, is empty, or holds make_tables' output (MARKER, or
+  tables.tex and seeds.csv).
+
+  Raises:
+    ValueError: `out_dir` is or holds `results_dir`, is not a directory, or is a non-empty
+      directory make_tables did not write.
+  """
   out = pathlib.Path(out_dir).resolve()
   results = pathlib.Path(results_dir).resolve()
   if out == results or out in results.parents:
@@ -99,8 +107,11 @@ def check_out_dir(out_dir, results_dir):
 
 
 def replace_dir(new, out):
-  """Put the folder `new` in place of `out`: the old `out` is renamed aside first and only
-  removed once `new` is in place (put back if that fails)."""
+  """Puts the folder `new` in place of `out` (both on one file system).
+
+  The old `out` is renamed aside first and only removed once `new` is in place (put back
+  if that fails).
+  """
   if not out.exists():
     os.rename(new, out)
     return
@@ -120,9 +131,21 @@ def _protocol_identity(run):
 
 
 def table_sets(runs, results_dir, *, split_by=None, allow_mixed=False):
-  """[(subfolder, runs)]: one table set of `runs` ('' for --out itself), or one per group of
-  the protocol settings `split_by` (subfolders named by them, e.g. 'train_steps=1500').
-  MixedProtocols unless each set holds runs of one protocol or allow_mixed."""
+  """The table sets of `runs`: one, or one per group of the protocol settings `split_by`.
+
+  Args:
+    runs: the runs (calibrations set apart).
+    results_dir: --results, named in the message.
+    split_by: protocol settings (analysis.protocols.PROTOCOL_KEYS); None: one set.
+    allow_mixed: a set may hold runs of several protocols.
+
+  Returns:
+    [(subfolder, runs)]: ('', runs) for --out itself, else a subfolder per group named
+    by its settings (e.g. 'train_steps=1500'), sorted.
+
+  Raises:
+    MixedProtocols: a set would hold runs of several protocols, without allow_mixed.
+  """
   if split_by is None:
     groups = protocols.protocol_groups(runs)
     if len(groups) > 1 and not allow_mixed:
@@ -148,14 +171,33 @@ def table_sets(runs, results_dir, *, split_by=None, allow_mixed=False):
 
 def make_all(results_dir, out_dir, *, figures=(), paper=False, expected_seeds=None,
              split_by=None, allow_mixed=False, log=print):
-  """Everything of the module docstring; returns the list of written paths.
+  """Writes everything of the module docstring from the runs under `results_dir`.
 
-  The files are written into a fresh folder next to `out_dir`, which then replaces `out_dir`
-  as a whole: no file of an earlier run survives, and a failure leaves `out_dir` as it was.
-  figures: algorithm names, or "all" (those with results). Runs of different protocols
-  (analysis.protocols) are refused (MixedProtocols) unless split_by (a list of protocol
-  settings: one table set per group, in a subfolder of `out_dir` named by them) or
-  allow_mixed (one table of them all, duplicates by (model, algorithm, seed) left out).
+  The files are written into a fresh folder next to `out_dir`, which then replaces
+  `out_dir` as a whole: no file of an earlier run survives, and a failure leaves `out_dir`
+  as it was.
+
+  Args:
+    results_dir: searched for **/result.json.
+    out_dir: the output folder, replaced (`check_out_dir`).
+    figures: algorithm names, or "all" (those with results); () for none.
+    paper: print the paper's numbers next to ours (--paper).
+    expected_seeds: N for the [n] marks of cells with fewer seeds; None: the most any
+      cell of the table has.
+    split_by: protocol settings: one table set per group, in a subfolder of `out_dir`
+      named by them (`table_sets`).
+    allow_mixed: one table of runs of several protocols, duplicates by (model,
+      algorithm, seed) left out.
+    log: called with each line to report (left-out files, skipped tables, counts).
+
+  Returns:
+    The paths written, under `out_dir`.
+
+  Raises:
+    ValueError: as `check_out_dir`.
+    NoRuns: no run to tabulate (nothing written).
+    MixedProtocols: as `table_sets` (nothing written).
+    OSError: a file cannot be written (`out_dir` left as it was).
   """
   out = pathlib.Path(out_dir)
   check_out_dir(out, results_dir)
@@ -328,6 +370,11 @@ def _make_all_into(out, runs, *, problems, n_files, n_calibration, figures, pape
 
 
 def parse_algorithms(text, runs_algorithms=()):
+  """--figures' algorithms: 'all' gives those of `runs_algorithms`, in the paper's order.
+
+  Raises:
+    ValueError: a name that is not a CLRS-30 algorithm.
+  """
   if text == "all":
     return [a for a in categories.PAPER_ORDER if a in set(runs_algorithms)]
   names = [a.strip() for a in text.split(",") if a.strip()]
@@ -348,8 +395,11 @@ def _positive_int(text):
 
 
 def parse_split_by(text):
-  """--split-by's setting names; ValueError (one line) for one that is not a protocol
-  setting."""
+  """--split-by's setting names, without repeats.
+
+  Raises:
+    ValueError: (one line) none given, or one that is not a protocol setting.
+  """
   names = [k.strip() for k in text.split(",") if k.strip()]
   unknown = [k for k in names if k not in protocols.PROTOCOL_KEYS]
   if not names or unknown:
@@ -359,6 +409,10 @@ def parse_split_by(text):
 
 
 def main(argv=None):
+  """The command line (module docstring); returns 0, 2 or 1 as it says.
+
+  Bad arguments are argparse errors (exit 2).
+  """
   parser = argparse.ArgumentParser(
     description=__doc__.split("\n\n")[0],
     formatter_class=argparse.RawDescriptionHelpFormatter,

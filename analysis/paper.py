@@ -39,7 +39,15 @@ def load_paper_results(path=PAPER_RESULTS_CSV):
 
 
 def paper_cells(paper, model):
-  """{algorithm: (mean_pct, std_pct)} of `model` in the table of PAPER_TABLE."""
+  """{algorithm: (mean_pct, std_pct)} of `model` in its table of PAPER_TABLE.
+
+  Args:
+    paper: `load_paper_results()`.
+    model: one of PAPER_TABLE's models.
+
+  Raises:
+    KeyError: `model` is not in PAPER_TABLE.
+  """
   rows = paper[
     (paper["table"] == PAPER_TABLE[model])
     & (paper["model"] == model)
@@ -49,6 +57,9 @@ def paper_cells(paper, model):
 
 
 def paper_summary(paper, model):
-  """{row: (value, std)} of `model` in the paper's printed Table 2 ({} if not in it)."""
+  """{row: (value, std)} of `model` in the paper's printed Table 2 ({} if not in it).
+
+  Rows are categories, 'overall_average' and the 'above_*' counts (unit count).
+  """
   rows = paper[(paper["table"] == "main_comparison") & (paper["model"] == model)]
   return {r.row: (r.mean, r.std) for r in rows.itertuples()}

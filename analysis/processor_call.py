@@ -41,9 +41,21 @@ FIRST_CALL = RULE_ALGORITHMS[:2]
 
 
 def baseline_scores(runs):
-  """{(algorithm, processor): {seed: test %}} of the baseline runs on RULE_ALGORITHMS and
-  SEEDS that finished; raises ValueError where two of them differ in protocol apart from
-  the processor, or where one (algorithm, processor, seed) has two runs."""
+  """The test scores of the baseline runs the rule compares.
+
+  Those are the runs of model `baseline` on RULE_ALGORITHMS and SEEDS with status 'done'
+  on one of CANDIDATES (calibration runs left out).
+
+  Args:
+    runs: results, each with its 'path'.
+
+  Returns:
+    {(algorithm, processor): {seed: test score in %}}.
+
+  Raises:
+    ValueError: two of them differ in protocol apart from the processor, or one
+      (algorithm, processor, seed) has two runs.
+  """
   picked = []  # (run, its processor)
   by_protocol = {}
   for r in runs:
@@ -70,9 +82,19 @@ def baseline_scores(runs):
 
 
 def algorithm_rows(scores, paper_baseline):
-  """One row per (algorithm, candidate): its seeds, mean, sd, delta/sigma to the paper's
-  baseline, whether it lands (only with every seed of SEEDS), its one-sample t-test against
-  the paper's mean and, on the algorithm, Welch's test between the candidates."""
+  """The comparison per algorithm of RULE_ALGORITHMS and candidate.
+
+  Args:
+    scores: `baseline_scores(...)`.
+    paper_baseline: {algorithm: (mean %, sd %)} of the paper's baseline
+      (paper.paper_cells).
+
+  Returns:
+    A DataFrame, one row per (algorithm, candidate): its seeds, n, mean, sd, the paper's
+    mean and sd, delta_sigma to the paper's baseline, lands (None unless it has every seed
+    of SEEDS), its one-sample t-test against the paper's mean (vs_paper_*) and, on the
+    algorithm, Welch's test of triplet_mpnn minus triplet_gmpnn (welch_*).
+  """
   rows = []
   for alg in RULE_ALGORITHMS:
     p_mean, p_sd = paper_baseline[alg]
@@ -98,8 +120,15 @@ def algorithm_rows(scores, paper_baseline):
 
 
 def call(frame):
-  """(processor or None, how: a sentence) by the rule, over the algorithms where both
-  candidates have every seed."""
+  """The rule's call, over the algorithms where both candidates have every seed.
+
+  Args:
+    frame: `algorithm_rows(...)`.
+
+  Returns:
+    (the processor, or None before FIRST_CALL is complete; how: a sentence, with
+    "provisional" where a deciding algorithm's Welch p is above PROVISIONAL_P or NaN).
+  """
   ready = [alg for alg in RULE_ALGORITHMS
            if frame[(frame.algorithm == alg)].lands.notna().all()]
   missing = [alg for alg in FIRST_CALL if alg not in ready]
@@ -134,6 +163,7 @@ def _f(x, fmt="+.2f"):
 
 
 def to_markdown(frame, verdict):
+  """call.md: a Markdown row per row of `frame`, then the call `verdict`."""
   lines = ["| algorithm | processor | seeds | mean ± sd | paper baseline | Δ/σ (paper's σ) "
            "| lands | vs paper's mean: diff [95 %], p | mpnn − gmpnn (Welch) [95 %], p |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -152,6 +182,10 @@ def to_markdown(frame, verdict):
 
 
 def main(argv=None):
+  """The command line (module docstring); returns 0, or 2 for results that cannot be used.
+
+  A missing results folder or runs the rule cannot compare are one line on stderr.
+  """
   parser = argparse.ArgumentParser(prog="python -m analysis.processor_call",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--results", nargs="+", required=True)

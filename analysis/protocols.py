@@ -55,9 +55,14 @@ def _plain(value):
 
 
 def protocol(run):
-  """{setting: value} of the protocol `run` (a result dict) trained under. schedule_steps
-  None (the horizon is train_steps) reads as train_steps; a string matcher's one train size
-  is kept as recorded (protocol_groups matches it to the list it came from)."""
+  """{setting: value} of the protocol `run` (a result dict) trained under.
+
+  Each setting of PROTOCOL_KEYS from the `settings` record, else the top-level field, else
+  the configurable's default, and any other setting the record holds that is neither a
+  model's nor one of how it ran; values hashable (lists as tuples).  schedule_steps None
+  (the horizon is train_steps) reads as train_steps; a string matcher's one train size is
+  kept as recorded (protocol_groups matches it to the list it came from).
+  """
   out = dict(DEFAULTS)
   for key in _TOP_LEVEL:
     if run.get(key) is not None and key in out:
@@ -95,21 +100,33 @@ def _matches(run_protocol, algorithm, group_protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-  """Runs that share a protocol. `protocol`: its settings; `runs`: the result dicts."""
+  """Runs that share a protocol.
+
+  Attributes:
+    protocol: its settings, ((setting, value), ...) sorted by setting.
+    runs: the result dicts.
+  """
   protocol: tuple  # ((setting, value), ...) sorted by setting
   runs: tuple
 
   def settings(self):
+    """The protocol as {setting: value}."""
     return dict(self.protocol)
 
 
 def protocol_groups(runs, split_by=None):
   """The protocols of `runs`, as a list of Group (largest first, then by settings).
 
-  split_by: None groups by the whole protocol; a list of setting names groups by those
-  only (each group may then still hold several protocols: `differing` says which). A
-  string matcher's run joins the group whose train-size list gives its one size.
-  Raises ValueError for a split_by name that is not a protocol setting.
+  A string matcher's run joins the first group whose train-size list gives its one size.
+
+  Args:
+    runs: result dicts.
+    split_by: None groups by the whole protocol; a list of setting names groups by those
+      only (each group may then still hold several protocols: `differing` says which, and
+      a Group's protocol holds only those settings).
+
+  Raises:
+    ValueError: a split_by name that is not a protocol setting.
   """
   if split_by is not None:
     unknown = [k for k in split_by if k not in PROTOCOL_KEYS]
@@ -147,13 +164,19 @@ def _value(value):
 
 
 def group_name(group, keys):
-  """A folder name for `group` from the settings `keys`, e.g. 'train_steps=1500'."""
+  """A folder name for `group` from the settings `keys`, e.g. 'train_steps=1500'.
+
+  A tuple's values are joined by '-'; no keys give 'all'.
+  """
   s = group.settings()
   return ",".join(f"{k}={_value(s[k])}" for k in keys) or "all"
 
 
 def describe(groups, keys=None):
-  """One line: each group by the settings that tell them apart, with its run count."""
+  """One line: each group by the settings `keys`, with its run count.
+
+  `keys` None: the settings that tell the groups apart (`differing`).
+  """
   keys = differing(groups) if keys is None else keys
   return "; ".join(f"{group_name(g, keys)}: {len(g.runs)} run{'s' * (len(g.runs) != 1)}"
                    for g in groups)

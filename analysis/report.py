@@ -3,10 +3,10 @@
 For each of our model labels and each of the 30 algorithms: our mean ± std (percent, ddof=1),
 the paper's for the model the label is compared with (labels.paper_model: gforget_constant ->
 the paper's G-ForgetNet; none for a label of no known family), Δ = ours − paper, Δ/σ (Δ in the
-paper's standard deviations), whether ours
-lies within the paper's mean ± 2σ (σ: the paper's std over its 10 seeds), and the seeds,
-diverged runs and training steps (`steps` trained / `train_steps` configured, from the JSON)
-behind our number. The lambda calibration runs are not results and are not reported here.
+paper's standard deviations), whether ours lies within the paper's mean ± 2σ (σ: the
+paper's std over its 10 seeds), and the seeds, diverged runs and training steps (`steps`
+trained / `train_steps` configured, from the JSON) behind our number. The lambda calibration
+runs are not results and are not reported here.
 """
 
 import json
@@ -42,8 +42,18 @@ COLUMNS = [
 
 
 def reproduction_frame(agg, paper):
-  """One row per (model label in agg, algorithm of CLRS-30), calibration runs excepted;
-  paper columns empty for a label with no paper counterpart."""
+  """Ours against the paper, per model label and algorithm.
+
+  Args:
+    agg: results.aggregate().
+    paper: paper.load_paper_results().
+
+  Returns:
+    A DataFrame of COLUMNS, one row per (model label in `agg`, algorithm of CLRS-30 in
+    the paper's order), calibration runs excepted; ours NaN (n_* 0) where the label has
+    no result on the algorithm, paper columns empty for a label with no paper
+    counterpart; within_2sigma a nullable boolean (NA without our mean).
+  """
   models = [m for m in labels.sort_models(agg["model"]) if m != labels.CALIBRATION_MODEL]
   rows = []
   for model in models:
@@ -124,9 +134,12 @@ def _lambda_lines(lambdas):
 
 
 def calibration_summary(calibrations):
-  """The calibration cell of the λ table: where λ came from, in words, once per distinct
-  provenance (the runs of one algorithm share it), and how many runs continued from the
-  calibration's own training prefix. The whole dict, with its paths, stays in lambdas.csv."""
+  """The calibration cell of the λ table, from lambda_frame's lambda_calibration column.
+
+  Where λ came from, in words, once per distinct provenance (the runs of one algorithm
+  share it), and how many runs continued from the calibration's own training prefix; ''
+  where no run has a calibration.  The whole dict, with its paths, stays in lambdas.csv.
+  """
   infos = [json.loads(c) for c in calibrations if c]
   if not infos:
     return ""
@@ -156,8 +169,17 @@ def _provenance_phrase(info):
 def reproduction_markdown(
   frame, *, n_files, problems, agg, skipped_models=(), n_calibration=0, lambdas=None
 ):
-  """The report as Markdown: a header with what was loaded, one table per model label,
-  the lambda of the gated runs (a lambda_frame), the files left out."""
+  """reproduction.md: what was loaded, one table per model label, λ, the files left out.
+
+  Args:
+    frame: `reproduction_frame(...)`.
+    n_files: result.json files found.
+    problems: the files left out, 'path: reason'.
+    agg: results.aggregate() (the run counts).
+    skipped_models: labels without a paper counterpart, named as not compared.
+    n_calibration: lambda calibration runs set apart.
+    lambdas: results.lambda_frame() of the gated runs, or None.
+  """
   n_runs = int(agg["n_runs"].sum()) if len(agg) else 0
   lines = [
     "# Reproduction report: ours vs Bohde et al. (ICLR 2024)",
@@ -228,8 +250,12 @@ def _title(model):
 
 
 def comparison_markdown(frame):
-  """A compact Markdown table: one row per algorithm that has results, and per model
-  "ours" next to "paper" (what README shows); seeds and steps say what ours come from."""
+  """comparison.md: a compact Markdown table of `reproduction_frame`'s rows.
+
+  One row per algorithm that has results, and per model with results "ours" next to
+  "paper" (what README shows); seeds and steps say what ours come from; then a line of
+  the diverged runs, if any.  "No results." where there are none.
+  """
   have = frame[frame["n_seeds"] > 0]
   if not len(have):
     return "No results.\n"

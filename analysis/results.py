@@ -44,7 +44,10 @@ class ResultWarning(UserWarning):
 
 
 def validate(result):
-  """Reasons why `result` (parsed JSON) is not a usable run; [] if it is."""
+  """Reasons why `result` (parsed JSON) is not a usable run; [] if it is.
+
+  As runs.result_problems, the algorithm checked against CLRS-30's.
+  """
   return runs_lib.result_problems(result, algorithms=categories.ALGORITHMS)
 
 
@@ -54,13 +57,23 @@ DUPLICATE = "duplicate of"
 def load_runs(results_dir, identity=None):
   """Valid runs under `results_dir` (sorted by path) and the problems found, by path.
 
-  Returns (runs, problems): runs are the parsed dicts plus a 'path' key (relative to
-  results_dir, POSIX); problems is a list of 'relpath: reason' strings, also emitted as
-  ResultWarning. A duplicate (model, algorithm, seed) keeps the first path in sorted order;
-  identity: a function of a result whose value joins that key (make_tables passes the
-  protocol, so that runs of two protocols are two runs, not duplicates). Lambda calibration
-  runs (labels.is_calibration) are kept apart from that check (they are not results, and
-  each reading of the heuristic has its own).
+  Every **/result.json but those under `_archive/`.  A duplicate (model, algorithm, seed)
+  keeps the first path in sorted order.  Lambda calibration runs (labels.is_calibration)
+  are kept apart from that check (they are not results, and each reading of the heuristic
+  has its own).
+
+  Args:
+    results_dir: the results folder.
+    identity: a function of a result whose value joins the duplicate key (make_tables
+      passes the protocol, so that runs of two protocols are two runs, not duplicates).
+
+  Returns:
+    (runs, problems): runs are the parsed dicts plus a 'path' key (relative to
+    results_dir, POSIX); problems is a list of 'relpath: reason' strings (unreadable,
+    invalid, duplicate), each also emitted as a ResultWarning.
+
+  Raises:
+    FileNotFoundError: `results_dir` is not a directory.
   """
   root = pathlib.Path(results_dir)
   if not root.is_dir():
@@ -135,8 +148,14 @@ def _span(values):
 
 
 def aggregate(long, metric="test_score"):
-  """Per (model, algorithm): mean_pct, std_pct (ddof=1), n_seeds (scored runs), n_runs,
-  n_diverged, seeds, steps, train_steps (the values, or 'min-max' when seeds differ)."""
+  """Per (model, algorithm) of `to_long`'s frame, the statistics of `metric` in percent.
+
+  Returns:
+    A DataFrame, one row per (model, algorithm), sorted: mean_pct, std_pct (ddof=1; NaN
+    with fewer than two scored runs), n_seeds (scored runs), n_runs, n_diverged, seeds
+    (space-separated), steps and train_steps (the value, or 'min-max' when seeds differ).
+    Empty, with these columns, for an empty frame.
+  """
   columns = [
     "model",
     "algorithm",
@@ -174,8 +193,13 @@ def aggregate(long, metric="test_score"):
 
 
 def drop_duplicates(runs):
-  """(runs with one per (model, algorithm, seed), the first in path order; problems for
-  the others, as load_runs words them)."""
+  """`runs` sorted by path, one per (model, algorithm, seed): the first in path order.
+
+  Calibration runs are all kept.
+
+  Returns:
+    (the runs kept, problems: one for each run left out, as load_runs words them).
+  """
   kept, problems, seen = [], [], {}
   for r in sorted(runs, key=lambda r: r["path"]):
     key = (r["model"], r["algorithm"], r["seed"])
@@ -188,7 +212,7 @@ def drop_duplicates(runs):
 
 
 def split_calibration(runs):
-  """(result runs, lambda calibration runs): the latter never enter tables or figures."""
+  """(result runs, lambda calibration runs) of `runs`; the latter enter no table or figure."""
   calibration = [r for r in runs if labels.is_calibration(r)]
   return [r for r in runs if not labels.is_calibration(r)], calibration
 
@@ -197,9 +221,13 @@ LAMBDA_COLUMNS = ["model", "algorithm", "seed", "lambda_gate", "lambda_reading",
 
 
 def lambda_frame(runs):
-  """One row per run that has a gate penalty weight or says how it got one: model,
-  algorithm, seed, lambda_gate, lambda_reading ('' if absent) and lambda_calibration (the
-  dict as compact JSON, '' if absent)."""
+  """The lambda of the gated runs, and of any run that says how it got one.
+
+  Returns:
+    A DataFrame of LAMBDA_COLUMNS, one row per such run, sorted by model label order,
+    algorithm and seed: lambda_gate (NaN if absent), lambda_reading ('' if absent) and
+    lambda_calibration (the dict as compact JSON, '' if absent).
+  """
   rows = []
   for r in runs:
     reading, calibration = r.get("lambda_reading"), r.get("lambda_calibration")
@@ -226,15 +254,25 @@ def lambda_frame(runs):
 
 
 def load_results(results_dir):
-  """(runs, long DataFrame, problems) for a results directory."""
+  """(runs, long DataFrame, problems) for a results directory (`load_runs`, `to_long`)."""
   runs, problems = load_runs(results_dir)
   return runs, to_long(runs), problems
 
 
 def write_table(prog, out, stem, frame, text):
-  """A command's answer into folder `out`: `<stem>.csv` (the frame) and `<stem>.md` (the
-  text), then the text printed; its exit status (2, after one line on stderr, where `out`
-  cannot be written)."""
+  """Writes a command's answer into folder `out`, then prints the text.
+
+  Args:
+    prog: the command's name, for the error line.
+    out: the folder (made where missing).
+    stem: the files' name: `<stem>.csv` (the frame) and `<stem>.md` (the text).
+    frame: the answer's table.
+    text: the answer in Markdown.
+
+  Returns:
+    The command's exit status: 0, or 2 (after one line on stderr, nothing printed) where
+    `out` cannot be written.
+  """
   out = pathlib.Path(out)
   try:
     out.mkdir(parents=True, exist_ok=True)

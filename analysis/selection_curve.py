@@ -35,7 +35,15 @@ LOW_SCORE = 0.8
 
 
 def read_run(path):
-  """The result.json at `path` (a file or a run folder), checked to hold a test curve."""
+  """The result.json at `path` (a file or a run folder), checked to hold a test curve.
+
+  Returns:
+    The result, with `_path` the file's path.
+
+  Raises:
+    ValueError: it does not parse as JSON or has no test curve.
+    OSError: it cannot be read.
+  """
   path = pathlib.Path(path)
   if path.is_dir():
     path = path / "result.json"
@@ -49,7 +57,11 @@ def read_run(path):
 
 
 def summarise(run):
-  """The selection summary of one run (the JSON described in the module docstring)."""
+  """The selection summary of one run (`read_run`): the JSON the module docstring describes.
+
+  Also path, algorithm, model, seed, penalty_start_step and val_best; a rule's step
+  without a test evaluation has test None.
+  """
   val = dict(zip(run["curves"]["val"]["step"], run["curves"]["val"]["score"]))
   test = dict(zip(run["curves"]["test"]["step"], run["curves"]["test"]["score"]))
   best = max(val.values())
@@ -73,7 +85,16 @@ def summarise(run):
 
 
 def plot_test_curves(runs, out_dir, name):
-  """runs: [(label, run)]; one panel per run."""
+  """Draws the figure of the module docstring, one panel per run.
+
+  Args:
+    runs: [(label, run)] of `read_run` results.
+    out_dir: where the figure goes (made where missing).
+    name: the file name, without extension.
+
+  Returns:
+    The paths written (PNG and PDF).
+  """
   fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.8 * len(runs)), squeeze=False)
   for ax, (label, run) in zip(axes[:, 0], runs):
     c = run["curves"]
@@ -98,6 +119,10 @@ def plot_test_curves(runs, out_dir, name):
 
 
 def main(argv=None):
+  """The command line (module docstring): prints a line per run and the paths; returns 0.
+
+  A run that cannot be read or has no test curve is an argparse error (exit 2).
+  """
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--run", dest="runs", type=figures.labelled_path("--run"),
                       action="append", required=True,

@@ -36,7 +36,12 @@ def _beta_continued_fraction(a, b, x):
 
 
 def betainc(a, b, x):
-  """The regularized incomplete beta function I_x(a, b), a, b > 0, 0 <= x <= 1."""
+  """The regularized incomplete beta function I_x(a, b), a, b > 0, 0 <= x <= 1.
+
+  Raises:
+    ValueError: x is outside [0, 1].
+    ArithmeticError: the continued fraction does not converge.
+  """
   if not 0.0 <= x <= 1.0:
     raise ValueError(f"betainc: x={x} is outside [0, 1]")
   if x in (0.0, 1.0):
@@ -56,8 +61,13 @@ def t_sf_two_sided(t, dof):
 
 
 def t_quantile(q, dof):
-  """The q-quantile of Student's t with `dof` degrees of freedom, 0 < q < 1 (bisection on
-  t_sf_two_sided, to 1e-12)."""
+  """The q-quantile of Student's t with `dof` degrees of freedom, 0 < q < 1.
+
+  By bisection on t_sf_two_sided, to a relative 1e-12.
+
+  Raises:
+    ValueError: q is outside (0, 1).
+  """
   if not 0.0 < q < 1.0:
     raise ValueError(f"t_quantile: q={q} is outside (0, 1)")
   if q == 0.5:
@@ -80,10 +90,17 @@ def t_quantile(q, dof):
 
 @dataclasses.dataclass(frozen=True)
 class Paired:
-  """A paired comparison a - b over n seeds: the mean difference, its 95 % interval
-  (t distribution, n - 1 degrees of freedom) and the two-sided paired t-test's p-value
-  (NaN with fewer than 2 seeds; p 0 and a zero-width interval where every difference is
-  the same non-zero number, 1 where all are 0)."""
+  """A paired comparison a - b over n seeds (`paired_t`).
+
+  Attributes:
+    n: the seeds.
+    mean: the mean difference (NaN without seeds).
+    low, high: its interval at the confidence asked for (95 % by default; t distribution,
+      n - 1 degrees of freedom); NaN with fewer than 2 seeds, zero-width where every
+      difference is the same.
+    p: the two-sided paired t-test's p-value; NaN with fewer than 2 seeds; 0 where every
+      difference is the same non-zero number, 1 where all are 0.
+  """
   n: int
   mean: float
   low: float
@@ -92,7 +109,7 @@ class Paired:
 
 
 def paired_t(differences, confidence=CONFIDENCE):
-  """Paired (a - b per seed) -> Paired."""
+  """The paired comparison of `differences` (a - b per seed) at `confidence`: a Paired."""
   d = [float(x) for x in differences]
   n = len(d)
   if n == 0:
@@ -112,9 +129,18 @@ def paired_t(differences, confidence=CONFIDENCE):
 
 @dataclasses.dataclass(frozen=True)
 class TwoSample:
-  """Welch's comparison of two independent samples, mean(a) - mean(b): the difference, its
-  95 % interval and the two-sided p-value on the Welch-Satterthwaite degrees of freedom
-  `dof` (NaN where either sample has fewer than 2 values, or both have no spread)."""
+  """Welch's comparison of two independent samples, mean(a) - mean(b) (`welch_t`).
+
+  low, high, p and dof are NaN where either sample has fewer than 2 values, or both have
+  no spread.
+
+  Attributes:
+    n_a, n_b: the samples' sizes.
+    mean: the difference of their means (NaN where either is empty).
+    low, high: its interval at the confidence asked for (95 % by default).
+    p: the two-sided p-value on `dof`.
+    dof: the Welch-Satterthwaite degrees of freedom.
+  """
   n_a: int
   n_b: int
   mean: float
@@ -125,7 +151,7 @@ class TwoSample:
 
 
 def welch_t(a, b, confidence=CONFIDENCE):
-  """Two independent samples a, b (sequences of numbers) -> TwoSample."""
+  """Welch's comparison of two independent samples a, b (sequences of numbers): a TwoSample."""
   a, b = [float(x) for x in a], [float(x) for x in b]
   nan = math.nan
   if not a or not b:
@@ -149,6 +175,8 @@ def welch_t(a, b, confidence=CONFIDENCE):
 
 
 def one_sample_t(values, mu, confidence=CONFIDENCE):
-  """values against a fixed mean mu -> Paired of values - mu (the paired test of each value
-  against mu is the one-sample t-test)."""
+  """The one-sample t-test of `values` against a fixed mean `mu`: a Paired of values - mu.
+
+  The paired test of each value against mu is the one-sample t-test.
+  """
   return paired_t([float(v) - mu for v in values], confidence)

@@ -37,6 +37,7 @@ _TEX_SPECIALS = {"_": "\\_", "&": "\\&", "%": "\\%", "#": "\\#", "$": "\\$"}
 
 
 def tex_escape(text):
+  """`text` with LaTeX's special characters _ & % # $ escaped."""
   return "".join(_TEX_SPECIALS.get(ch, ch) for ch in text)
 
 
@@ -46,11 +47,19 @@ def header_name(label):
 
 
 def table_models(present, models, *, unmatched=False):
-  """The columns of a table of the paper's `models`: each of them (present or not), each
-  followed by the labels in `present` that are variants of it (labels.paper_model), e.g.
-  gforget_constant after gforget. unmatched: also append the present labels with no paper
-  counterpart (single-task ones in a single-task table, *_multitask ones in a multi-task
-  table)."""
+  """The columns of a table of the paper's `models`, in order.
+
+  Args:
+    present: the model labels with results.
+    models: the paper's models of the table.
+    unmatched: also append the present labels with no paper counterpart (single-task
+      ones in a single-task table, *_multitask ones in a multi-task table), calibration
+      runs excepted.
+
+  Returns:
+    Each of `models` (present or not), each followed by the labels in `present` that are
+    variants of it (labels.paper_model), e.g. gforget_constant after gforget.
+  """
   multitask = all(labels.split_label(m)[2] for m in models)
   columns = []
   for m in models:
@@ -128,8 +137,13 @@ def _number(text, mark):
 def score_cell(mean_pct, std_pct=None, *, mark=None, highlight=False, note=None, paper=None):
   """One cell in the paper's format, e.g. `$98.40\\% \\scriptstyle{{\\light{\\pm0.21}}}$`.
 
-  mark: None|'bold'|'underline'; highlight: green background; note: grey superscript
-  (seed count); paper: the paper's mean (percent) to print after ours, None for none.
+  Args:
+    mean_pct: our mean in percent; None or NaN: the cell is MISSING.
+    std_pct: its std; None or NaN: none printed.
+    mark: None|'bold'|'underline'.
+    highlight: green background.
+    note: grey superscript (seed count).
+    paper: the paper's mean (percent) to print after ours, None for none.
   """
   if not _finite(mean_pct):
     cell = MISSING
@@ -148,6 +162,7 @@ def score_cell(mean_pct, std_pct=None, *, mark=None, highlight=False, note=None,
 
 
 def count_cell(count, total, mark=None):
+  """A count cell, e.g. `$27/30$`, bold or underlined by `mark`."""
   return "$" + _number(f"{count}/{total}", mark) + "$"
 
 
@@ -158,11 +173,12 @@ def _cells(agg, model):
 
 
 def models_present(agg, models):
+  """Those of `models` with a row in `agg`, in order."""
   return [m for m in models if (agg["model"] == m).any()]
 
 
 def expected_seeds_of(agg, models):
-  """Default N for the seed-count marks: the most seeds any cell of these models has."""
+  """Default N for the seed-count marks: the most seeds any cell of these models has, or 0."""
   n = agg.loc[agg["model"].isin(models), "n_seeds"]
   return int(n.max()) if len(n) else 0
 
@@ -217,9 +233,20 @@ def _wrap(label, caption, colspec, header, body_lines):
 def comparison_table(agg, models, *, label, highlight_vs=None, paper=None, expected_seeds=None):
   """The paper's two-column per-algorithm table (15 algorithms a side, `lccc|lccc`).
 
-  agg: results.aggregate(); models: the columns, in order; highlight_vs: model whose cells
-  the others are compared with for the green highlight (None: no highlight); paper: the
-  paper DataFrame to print the paper's mean in each cell (None: ours only).
+  The best printed mean of a row is bold (no underline, as in the paper's Tables 1, 7, 8).
+
+  Args:
+    agg: results.aggregate().
+    models: the columns, in order.
+    label: the table's label, a key of CAPTIONS (tab:<label>).
+    highlight_vs: the model whose printed mean a cell must beat for the green highlight
+      (None: no highlight).
+    paper: the paper DataFrame, to print the paper's mean in each cell of a paper model's
+      column (None: ours only).
+    expected_seeds: N for the [n] marks; None: `expected_seeds_of`.
+
+  Returns:
+    The table's LaTeX.
   """
   if expected_seeds is None:
     expected_seeds = expected_seeds_of(agg, models)
@@ -283,7 +310,9 @@ def category_stats(cells, algorithms):
   """(mean, mean of stds, n present) over `algorithms` of {algorithm: (mean, std)}.
 
   The paper's Table 2 averages per-algorithm means and per-algorithm stds over a category
-  (checked against its Table 6 in tests); algorithms without a result are skipped.
+  (checked against its Table 6 in tests); algorithms without a result are skipped, and
+  stds that are missing.  (None, None, 0) where none has a result; the std None where
+  none has one.
   """
   present = [cells[a] for a in algorithms if a in cells and _finite(cells[a][0])]
   if not present:
@@ -297,11 +326,16 @@ THRESHOLDS_PCT = (99, 97, 95)
 
 
 def summary_columns(agg, models, paper=None):
-  """[(header, {algorithm: (mean_pct, std_pct)}, printed)] for the summary table.
+  """The columns of the summary table.
 
-  printed: the paper's own Table 2 values {row: (value, std)} for a paper column the paper
-  summarises (literature baselines, G-ForgetNet), used instead of re-aggregating its
-  rounded per-algorithm values (which can differ by 0.01); {} otherwise.
+  Without `paper`, one per model of ours; with it, the literature baselines, one paper
+  column per paper model our labels are compared with, then ours.
+
+  Returns:
+    [(header, {algorithm: (mean_pct, std_pct)}, printed)]; printed: the paper's own
+    Table 2 values {row: (value, std)} for a paper column the paper summarises
+    (literature baselines, G-ForgetNet), used instead of re-aggregating its rounded
+    per-algorithm values (which can differ by 0.01); {} otherwise.
   """
   ours = [
     (m, {r.algorithm: (r.mean_pct, r.std_pct) for r in _cells(agg, m).values()}) for m in models
@@ -328,7 +362,12 @@ def summary_columns(agg, models, paper=None):
 
 
 def summary_values(columns):
-  """Per row of the summary table, per column: (value, std, n_present, n_total)."""
+  """Per row of the summary table, per column: (value, std, n_present, n_total).
+
+  Rows: each category, 'overall_average' and 'above_<t>' for THRESHOLDS_PCT (counts of
+  printed means strictly above t; n_present None).  A column's printed values replace
+  the computed ones (n_present then n_total; no std for the overall average).
+  """
   n_all = len(categories.ALGORITHMS)
   rows = {}
   for cat, algs in categories.CATEGORY_ALGORITHMS.items():
@@ -353,11 +392,17 @@ def summary_values(columns):
 
 
 def summary_table(agg, models, *, paper=None, label="main_comparison"):
-  """The paper's Table 2: per-category averages, overall average, #algorithms above
-  99/97/95 %; bold best and underlined second best across the columns present.
+  """The paper's Table 2, as LaTeX: category and overall averages, counts above 99/97/95 %.
 
-  Category cells with results for only k of the m algorithms carry a grey [k/m]; the
+  Bold best and underlined second best across the columns present.  Category cells with
+  results for only k of the m algorithms carry a grey [k/m] and are never marked; the
   denominators of the counts are the 30 algorithms of CLRS-30.
+
+  Args:
+    agg: results.aggregate().
+    models: our columns.
+    paper: the paper DataFrame, for its columns (`summary_columns`); None: ours only.
+    label: the table's label (tab:<label>); the caption is main_comparison's.
   """
   columns = summary_columns(agg, models, paper)
   values = summary_values(columns)
@@ -402,7 +447,7 @@ def summary_table(agg, models, *, paper=None, label="main_comparison"):
 
 
 def seeds_frame(agg):
-  """The seed counts behind every cell: the aggregate sorted in the paper's order."""
+  """The seed counts behind every cell: the aggregate sorted by label, then the paper's order."""
   order = {a: i for i, a in enumerate(categories.PAPER_ORDER)}
   model_order = {m: i for i, m in enumerate(labels.sort_models(agg["model"]))}
   out = agg.copy()

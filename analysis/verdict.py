@@ -1,8 +1,8 @@
 """Does ForgetNet beat the baseline here, G-ForgetNet ForgetNet, and G-ForgetNet the
 baseline, as in the paper? One row per algorithm.
 
-    python -m analysis.verdict --results results/full_insertion_sort results/full_activity_selector \
-        results/full_decisive --out results/verdict
+    python -m analysis.verdict --results results/full_insertion_sort \
+        results/full_activity_selector results/full_decisive --out results/verdict
 
 Reads every run of the baseline (`baseline`), of ForgetNet (label `forget`) and of one
 G-ForgetNet arm (`--arm`, default `gforget`: the default net) under the given results
@@ -26,17 +26,19 @@ to each paired comparison -- F vs B (the paper's first claim), G vs F (its secon
             (within 2: reproduces). It is the distance to the paper's mean, not a
             significance test; our own spread (sample std over our seeds) is beside it.
   Markov    measured on the tested checkpoint, on the test split (`<run>/markov.json`, from
-            `python -m nar_markov.probes.evaluate <run> --markov`; docs/design.md): its history scope
-            gates every consumer of h(t-1) (`processor_decoder`, the default), and zeroing the
-            history moves its score by less than 1 point and under 1 % of its predictions,
-            with its gate norm there below 0.1 (nar_markov.markov.rule.markov_in_effect) -- "yes"
-            only when every seed is measured and Markov; a run without markov.json (its
-            parameters are not here) is "not measured". The validation gate norm at the last
-            step is shown beside it, as before.
-An algorithm without baseline runs says so. Calibration runs are dropped; a diverged run counts with its test score when it has one. No
-algorithm with both ForgetNet and the arm, an --arm that is no G-ForgetNet label, or an --out
-that cannot be written: one line, exit 2. Writes verdict.csv and verdict.md (the table the
-README shows).
+            `python -m nar_markov.probes.evaluate <run> --markov`; docs/design.md): its
+            history scope gates every consumer of h(t-1) (`processor_decoder`, the
+            default), and zeroing the history moves its score by less than 1 point and
+            under 1 % of its predictions, with its gate norm there below 0.1
+            (nar_markov.markov.rule.markov_in_effect) -- "yes" only when every seed is
+            measured and Markov; a run without markov.json (its parameters are not here)
+            is not measured: "not measured" where no seed is, "not called" where some
+            are. The validation gate norm at the last step is shown beside it.
+An algorithm without baseline runs says so. Calibration runs are dropped; a diverged run
+counts with its test score when it has one. No algorithm with both ForgetNet and the arm, an
+--arm that is no G-ForgetNet label, a markov.json of another checkpoint, or an --out that
+cannot be written: one line, exit 2. Writes verdict.csv and verdict.md (the table the README
+shows).
 """
 
 import argparse
@@ -83,8 +85,15 @@ def _scores(runs, model, algorithm):
 
 
 def read_markov(folder, run):
-  """`folder`'s markov.json if it measured the checkpoint `run` tested, None where there is
-  none; ValueError (one line) for a record of another checkpoint or an unreadable one."""
+  """`folder`'s markov.json, if it measured the checkpoint `run` tested.
+
+  Returns:
+    The record, or None where there is none.
+
+  Raises:
+    ValueError: (one line) a record of another checkpoint (step and test score differ
+      from the run's), or an unreadable one.
+  """
   record = runs_lib.read_markov(folder)
   if record is None:
     return None
@@ -98,8 +107,18 @@ def read_markov(folder, run):
 
 
 def markov_columns(gated):
-  """The Markov columns of one arm (`_scores`'s dict): the rule's answer and the means over
-  the measured seeds (Δ and changed predictions in points / %, gate norm at test)."""
+  """The Markov columns of one arm on one algorithm.
+
+  Args:
+    gated: `_scores`'s dict of the arm.
+
+  Returns:
+    markov: the rule's answer ("no (scope ...)" where a seed ran another history scope
+    than the full one; NOT_MEASURED where no seed is measured; "no" where a measured seed
+    is not Markov; "not called (...)" where some seeds are not measured; else "yes");
+    markov_seeds, the measured seeds; and the means over them of Δ (points), changed
+    predictions (%) and the gate norm at test (NaN where none is measured).
+  """
   scopes = {v[2] for v in gated.values()}
   measured = {s: v[3] for s, v in gated.items() if v[3] is not None}
   cols = {"markov_seeds": ",".join(map(str, sorted(measured))),
@@ -135,26 +154,33 @@ def _mean_sd(values):
 
 
 def paired(a, b):
-  """(mean of a - b over the seeds both ran, the seeds a is above b on, those seeds' count)
-  of two {seed: test %}."""
+  """The paired comparison of two {seed: test %} over the seeds both ran.
+
+  Returns:
+    (mean of a - b, NaN without such seeds; how many of them a is above b on; how many
+    there are).
+  """
   seeds = sorted(set(a) & set(b))
   diff = np.mean([a[s] - b[s] for s in seeds]) if seeds else np.nan
   return diff, sum(a[s] > b[s] for s in seeds), len(seeds)
 
 
 def wins_by_the_rule(a, b):
-  """a beats b: its paired mean is above and it is above on at least 2 paired seeds."""
+  """Whether a beats b: its paired mean is above and it is above on at least 2 paired seeds."""
   diff, wins, _ = paired(a, b)
   return bool(diff > 0 and wins >= 2)
 
 
 def not_called(n):
+  """The answer of a comparison on `n` < MIN_SEEDS_TO_CALL paired seeds."""
   return f"not called ({n} paired seed{'s' * (n != 1)})"
 
 
 def call_pair(a, b):
-  """'a', 'b' or 'neither' by the rule both ways round; None: fewer than MIN_SEEDS_TO_CALL
-  paired seeds."""
+  """'a', 'b' or 'neither' by the rule both ways round (`wins_by_the_rule`).
+
+  None with fewer than MIN_SEEDS_TO_CALL paired seeds.
+  """
   if paired(a, b)[2] < MIN_SEEDS_TO_CALL:
     return None
   if wins_by_the_rule(a, b):
@@ -163,16 +189,26 @@ def call_pair(a, b):
 
 
 def forget_vs_baseline(forget, base):
-  """'forget', 'baseline' or 'neither' by the rule both ways round; None: fewer than
-  MIN_SEEDS_TO_CALL paired seeds."""
+  """'forget', 'baseline' or 'neither' by the rule both ways round (`call_pair`).
+
+  None with fewer than MIN_SEEDS_TO_CALL paired seeds.
+  """
   return {"a": "forget", "b": "baseline", "neither": "neither", None: None}[
       call_pair(forget, base)]
 
 
 def as_in_the_paper(called, p_f, p_b):
-  """Whether the called direction ('forget' for a, 'baseline' for b, or 'neither') is the
-  paper's sign of a - b (p_f, p_b: the paper's (mean, σ) of a and b); 'neither' also is
-  where the paper's |a - b| is within both its σ."""
+  """Whether the called direction is the paper's sign of a - b.
+
+  'neither' also is where the paper's |a - b| is within both its σ.
+
+  Args:
+    called: 'forget' for a, 'baseline' for b, 'neither', or None (no call).
+    p_f, p_b: the paper's (mean, σ) of a and b.
+
+  Returns:
+    'yes', 'no', '—' for no call, or 'no paper number'.
+  """
   if called is None:
     return "—"
   d = p_f[0] - p_b[0]
@@ -190,20 +226,29 @@ def paired_test(a, b):
 
 
 def reading(call_is_a_winner, test):
-  """'stands' (p <= 0.1) or 'direction only' (p > 0.1) for a call that names a winner;
-  '' for no call, or a call of no winner."""
+  """How sure a call is, by `test`'s p against stats.DIRECTION_ONLY_P (0.1).
+
+  Returns:
+    'stands' (p <= 0.1) or 'direction only' (p > 0.1) for a call that names a winner;
+    '' for no call, a call of no winner, or a p of NaN.
+  """
   if not call_is_a_winner or np.isnan(test.p):
     return ""
   return "stands" if test.p <= stats.DIRECTION_ONLY_P else "direction only"
 
 
 def test_columns(prefix, test):
+  """`test`'s interval and p as the columns <prefix>_ci_low, <prefix>_ci_high, <prefix>_p."""
   return {f"{prefix}_ci_low": test.low, f"{prefix}_ci_high": test.high, f"{prefix}_p": test.p}
 
 
 def baseline_columns(forget, base, p_f, p_b):
-  """The columns of the paper's first claim (ForgetNet above the baseline): two {seed: test
-  %} and the paper's (mean, σ) of each."""
+  """The columns of the paper's first claim (ForgetNet above the baseline).
+
+  Args:
+    forget, base: {seed: test %} of ForgetNet (not empty) and the baseline.
+    p_f, p_b: the paper's (mean, σ) of each.
+  """
   diff, wins, n = paired(forget, base)
   b_mean, b_sd = _mean_sd(base.values()) if base else (np.nan, np.nan)
   called = forget_vs_baseline(forget, base)
@@ -223,8 +268,14 @@ def baseline_columns(forget, base, p_f, p_b):
 
 
 def headline_columns(gated, base, p_g, p_b):
-  """The columns of the paper's headline (G-ForgetNet above the baseline), by the same rule
-  as ForgetNet's: two {seed: test %} and the paper's (mean, σ) of each."""
+  """The columns of the paper's headline (G-ForgetNet above the baseline).
+
+  By the same rule as ForgetNet's, with the same answers (FB_CALLS).
+
+  Args:
+    gated, base: {seed: test %} of the arm and the baseline.
+    p_g, p_b: the paper's (mean, σ) of each.
+  """
   diff, wins, n = paired(gated, base)
   called = {"a": "forget", "b": "baseline", "neither": "neither", None: None}[
       call_pair(gated, base)]
@@ -249,8 +300,18 @@ def _test_scores(runs, model, algorithm):
 
 
 def verdict_row(runs, algorithm, arm, paper):
-  """One algorithm's row; None unless both ForgetNet and the arm ran it. `paper`: the
-  paper's {algorithm: (mean, σ)} of ForgetNet, the arm and the baseline."""
+  """One algorithm's row of the verdict.
+
+  Args:
+    runs: results (with their markov.json record under 'markov').
+    algorithm: the algorithm.
+    arm: the G-ForgetNet label compared with ForgetNet.
+    paper: the paper's {algorithm: (mean, σ)} of ForgetNet, the arm and the baseline.
+
+  Returns:
+    The row's columns, or None unless both ForgetNet and the arm have a run with a test
+    score on it.
+  """
   forget, gated = _scores(runs, labels.FORGETNET, algorithm), _scores(runs, arm, algorithm)
   if not forget or not gated:
     return None
@@ -298,6 +359,7 @@ def verdict_row(runs, algorithm, arm, paper):
 
 
 def verdict_frame(runs, arm="gforget"):
+  """A `verdict_row` per algorithm of `runs` that both ForgetNet and `arm` ran, sorted."""
   table = paper_lib.load_paper_results()
   paper_f = paper_lib.paper_cells(table, labels.FORGETNET)
   paper_g = paper_lib.paper_cells(table, labels.paper_model(arm))
@@ -318,8 +380,11 @@ def _p(p):
 
 
 def comparison_cell(diff, above, n, low, high, p):
-  """'+12.42 [+8.10, +16.74], p 0.0094 (3 of 3)': the paired mean difference, its 95 %
-  interval, the paired t-test's p and the seeds the first is above on."""
+  """A paired comparison's cell, e.g. '+12.42 [+8.10, +16.74], p 0.0094 (3 of 3)'.
+
+  The paired mean difference, its 95 % interval, the paired t-test's p and the seeds the
+  first is above on; '—' without paired seeds, no interval nor p with one.
+  """
   if not n:
     return "—"
   if n < 2:
@@ -328,6 +393,7 @@ def comparison_cell(diff, above, n, low, high, p):
 
 
 def call_cell(call, how_sure):
+  """`call`, with `reading`'s word after a comma where there is one."""
   return f"{call}, {how_sure}" if how_sure else call
 
 
@@ -415,8 +481,11 @@ ARM_FAMILIES = ("gforget", "gforget_nopenalty")
 
 
 def check_arm(arm, runs):
-  """ValueError (one line) unless `arm` is a single-task G-ForgetNet label (gforget,
-  gforget_<variant>, gforget_nopenalty); the message lists the arms found in `runs`."""
+  """Checks that `arm` is a single-task G-ForgetNet label: gforget, gforget_nopenalty or a variant.
+
+  Raises:
+    ValueError: (one line) it is not; the message lists the arms found in `runs`.
+  """
   family, _, multitask = labels.split_label(arm)
   if family in ARM_FAMILIES and not multitask:
     return
@@ -427,7 +496,11 @@ def check_arm(arm, runs):
 
 
 def check_out(out):
-  """ValueError (one line) for an --out that is not a folder that can be written."""
+  """Checks that --out `out` is a folder this user can write, or does not exist yet.
+
+  Raises:
+    ValueError: (one line) it exists and is not a directory, or is not writable.
+  """
   if out.exists() and not out.is_dir():
     raise ValueError(f"--out {out} exists and is not a directory")
   if out.exists() and not os.access(out, os.W_OK | os.X_OK):
@@ -435,6 +508,7 @@ def check_out(out):
 
 
 def main(argv=None):
+  """The command line (module docstring); returns 0, or 2 as it says."""
   parser = argparse.ArgumentParser(prog="python -m analysis.verdict",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--results", nargs="+", required=True)

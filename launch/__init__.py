@@ -1,1 +1,1 @@
-"""Sweep launcher (sweep.py), its --status logic (status.py) and a one-machine Slurm (local_slurm.sh)."""
+"""The sweep launcher (sweep.py), its --status (status.py), a one-machine Slurm (local_slurm.sh)."""

@@ -42,15 +42,25 @@ class SlurmResources:
   gin/base.gin (a run's gin names nothing of the launcher), e.g.
   ``--gin_param "slurm_resources.partition='gpu'"``; unbound, these defaults.
 
-  partition: None = the cluster's default.  gpus_per_task: the paper's runs take 1
-  (gin/slurm_gpu.gin); a job that asked for GPUs and got fewer stops at its start
-  (nar_markov.training.devices.check_gpus).  0 trains on CPU.  None (the default): Slurm is
-  asked for none; a local job gets the first GPU the machine shows, if any, and runs
-  on whatever JAX finds (docs/running.md).  timeout_min: the limit of one attempt (>= MIN_TIMEOUT_MIN); a
-  longer run is checkpointed and requeued, at most `max_num_timeout` times.
-  array_parallelism: most tasks of an array running at once.  setup: shell lines
-  run before the job starts.  additional_parameters: more sbatch flags, e.g.
-  {'account': 'x', 'qos': 'y'}.
+  Attributes:
+    partition: the Slurm partition; None: the cluster's default.
+    gpus_per_task: GPUs per job.  The paper's runs take 1 (gin/slurm_gpu.gin); a job
+      that asked for GPUs and got fewer stops at its start
+      (nar_markov.training.devices.check_gpus).  0 trains on CPU.  None (the default):
+      Slurm is asked for none; a local job gets the first GPU the machine shows, if any,
+      and runs on whatever JAX finds (docs/running.md).
+    cpus_per_task: CPUs per job (>= 1).
+    mem_gb: memory per job in GB (> 0).
+    timeout_min: the limit of one attempt in minutes (>= MIN_TIMEOUT_MIN); a longer run is
+      checkpointed and requeued, at most `max_num_timeout` times.
+    array_parallelism: most tasks of an array running at once (>= 1).
+    max_num_timeout: most requeues after a timeout (>= 0).
+    job_name: the Slurm job name.
+    setup: shell lines run before the job starts.
+    additional_parameters: more sbatch flags, e.g. {'account': 'x', 'qos': 'y'}.
+
+  Raises:
+    ValueError: a field of the wrong type or below its minimum.
   """
   partition: Optional[str] = None
   gpus_per_task: Optional[int] = None
@@ -88,7 +98,7 @@ class SlurmResources:
             f"timeout_min={self.timeout_min} array_parallelism={self.array_parallelism}")
 
   def executor_params(self) -> Dict[str, Any]:
-    """As submitit's executor parameters."""
+    """These resources as submitit's executor parameters, sbatch's requeue always set."""
     params = {
         "timeout_min": self.timeout_min, "cpus_per_task": self.cpus_per_task,
         "mem_gb": float(self.mem_gb), "tasks_per_node": 1, "nodes": 1, "name": self.job_name,
@@ -106,9 +116,17 @@ class SlurmResources:
     return params
 
   def local_gpus(self, visible: Sequence[str]) -> List[str]:
-    """The GPUs a `--cluster local` job gets, of the `visible` ones (`visible_gpus`):
-    the first `gpus_per_task`, or with None the first one there is.  ValueError where
-    it asks for more than there are."""
+    """The GPUs a `--cluster local` job gets.
+
+    Args:
+      visible: the GPUs this process can hand out (`visible_gpus`).
+
+    Returns:
+      The first `gpus_per_task` of them; with None the first one there is, if any.
+
+    Raises:
+      ValueError: `gpus_per_task` asks for more than there are.
+    """
     if self.gpus_per_task is None:
       return list(visible[:1])
     if self.gpus_per_task > len(visible):
@@ -121,9 +139,15 @@ class SlurmResources:
 def visible_gpus(environ: Optional[Mapping[str, str]] = None) -> List[str]:
   """The GPUs this process can hand to local jobs, as CUDA_VISIBLE_DEVICES names them.
 
-  CUDA_VISIBLE_DEVICES' entries where it is set (empty: none; CUDA ignores what follows
-  an entry of -1), else the indices `nvidia-smi -L` lists, else none.  Imports no jax:
-  the launcher asks before any job starts.
+  Imports no jax: the launcher asks before any job starts.
+
+  Args:
+    environ: the environment to read; None: os.environ.
+
+  Returns:
+    CUDA_VISIBLE_DEVICES' entries where it is set, up to the first empty or -1 one (CUDA
+    ignores what follows an entry of -1; empty: none), else the indices `nvidia-smi -L`
+    lists, else none (no nvidia-smi on PATH, or it failed or hung).
   """
   environ = os.environ if environ is None else environ
   if "CUDA_VISIBLE_DEVICES" in environ:
@@ -157,15 +181,24 @@ COMPILATION_CACHE_DIR = "_jax_cache"
 
 @gin.configurable("compilation_cache")
 def compilation_cache_dir(results_dir, path: Optional[str] = None) -> str:
-  """The folder of JAX's persistent compilation cache for the jobs of a sweep on
-  `results_dir`, gin: ``compilation_cache.path``.
+  """The folder of JAX's persistent compilation cache for the jobs of a sweep.
 
-  `path`: a folder, or 'off' (no persistent cache: every job compiles all it runs).
-  None: $NAR_MARKOV_JAX_CACHE where the job's environment sets it, else
-  `<results_dir>/_jax_cache` -- a folder every job of the sweep reaches, on a cluster
-  too, so that an algorithm's step is compiled once per sweep, not once per run.  JAX
-  keys each entry by the computation, the backend, its devices and the versions, so
+  JAX keys each entry by the computation, the backend, its devices and the versions, so
   one folder serves CPU and GPU jobs.
+
+  Args:
+    results_dir: the sweep's results folder.
+    path: gin ``compilation_cache.path``: a folder, or 'off' (no persistent cache: every
+      job compiles all it runs).  None: $NAR_MARKOV_JAX_CACHE where the job's environment
+      sets it, else `<results_dir>/_jax_cache` -- a folder every job of the sweep
+      reaches, on a cluster too, so that an algorithm's step is compiled once per sweep,
+      not once per run.
+
+  Returns:
+    The folder (``~`` expanded), or 'off' or '' as given.
+
+  Raises:
+    ValueError: `path` is not a string or None.
   """
   if path is None:
     path = os.environ.get("NAR_MARKOV_JAX_CACHE")
@@ -177,11 +210,22 @@ def compilation_cache_dir(results_dir, path: Optional[str] = None) -> str:
 
 
 def private_cache_dir(results_dir, path: str) -> Optional[pathlib.Path]:
-  """The sweep's default cache folder (`<results>/_jax_cache`) made, private to this
-  user (0700), like <results>/_logs: a job loads the executables it holds, so whoever
-  can write there runs code in your jobs.  PermissionError where it belongs to someone
-  else.  A folder chosen with compilation_cache.path or $NAR_MARKOV_JAX_CACHE is left
-  as it is (JAX makes it); None for 'off' and for those."""
+  """Makes the sweep's default cache folder (`<results>/_jax_cache`) private to this user.
+
+  Mode 0700, like <results>/_logs: a job loads the executables it holds, so whoever can
+  write there runs code in your jobs.  A folder chosen with compilation_cache.path or
+  $NAR_MARKOV_JAX_CACHE is left as it is (JAX makes it).
+
+  Args:
+    results_dir: the sweep's results folder.
+    path: the cache folder (`compilation_cache_dir`).
+
+  Returns:
+    The default folder, made where missing; None where `path` is another one or 'off'.
+
+  Raises:
+    PermissionError: the folder belongs to someone else (it cannot be made 0700).
+  """
   folder = pathlib.Path(results_dir) / COMPILATION_CACHE_DIR
   if pathlib.Path(path) != folder:
     return None
@@ -193,9 +237,22 @@ def private_cache_dir(results_dir, path: str) -> Optional[pathlib.Path]:
 
 @contextlib.contextmanager
 def job_environment(kwargs: Mapping[str, Any]) -> Iterator[None]:
-  """What a job (`sweep_spec.Job`) runs in, from the sweep's gin (`kwargs`' gin files and
-  bindings): its GPU check and the sweep's compilation cache; $NAR_MARKOV_JAX_CACHE
-  restored after (a debug sweep runs its jobs in its own process)."""
+  """What a job (`sweep_spec.Job`) runs in: its GPU check and the sweep's compilation cache.
+
+  Pins XLA's CPU threads, parses the sweep's gin (into this process's gin state), checks
+  the GPUs `slurm_resources.gpus_per_task` asks for, makes the default cache folder
+  private and points $NAR_MARKOV_JAX_CACHE at the cache ('off' for none) for the body;
+  $NAR_MARKOV_JAX_CACHE is restored after (a debug sweep runs its jobs in its own
+  process).
+
+  Args:
+    kwargs: the job's arguments: gin_files, gin_params (optional), results_dir.  Without
+      gin_files nothing is done.
+
+  Raises:
+    GpuError: fewer GPUs than asked (`devices.check_gpus`).
+    PermissionError: as `private_cache_dir`.
+  """
   if "gin_files" not in kwargs:
     yield
     return

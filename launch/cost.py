@@ -39,6 +39,7 @@ MEMORY_CLASSES = ((4.0, "small (< 4 GB)"), (16.0, "medium (4-16 GB)"),
 
 @functools.lru_cache(maxsize=None)
 def measured() -> Dict[str, Any]:
+  """The CPU figures of cost_cpu.json (train step times, a test pass, sweep speeds)."""
   return json.loads(MEASURED_FILE.read_text())
 
 
@@ -56,12 +57,20 @@ def _trajectories() -> Dict[str, Any]:
 
 
 def is_string_matcher(algorithm: str) -> bool:
+  """Whether `algorithm` is one of the string matchers (trained at STRING_MATCHER_LENGTH)."""
   return algorithm in ("naive_string_matcher", "kmp_matcher")
 
 
 def trajectory_length(algorithm: str, nb_nodes: int) -> float:
-  """T at n nodes: measured at the train sizes, interpolated (or extrapolated
-  linearly through the test size) elsewhere."""
+  """The mean trajectory length T (hint steps) of `algorithm` at `nb_nodes` nodes.
+
+  Measured at the train sizes and the test size (clrs30's trajectory lengths file),
+  interpolated linearly between them, extrapolated linearly beyond the largest, and
+  scaled in proportion to n below the smallest.
+
+  Raises:
+    KeyError: `algorithm` has no measured trajectory lengths.
+  """
   t = _trajectories()[algorithm]
   points = sorted((int(n), float(v)) for n, v in t["train_T"].items())
   points.append((TEST_NODES, float(t["test_T"])))
@@ -87,12 +96,17 @@ def _fitted_k() -> Dict[str, float]:
 
 
 def k_step(algorithm: str) -> float:
+  """Seconds per T * n^2 of one CPU training step (batch 32, hidden 128) of `algorithm`.
+
+  Fitted to its measured step times; the median of the fitted ones for an algorithm
+  without a measurement.
+  """
   fitted = _fitted_k()
   return fitted.get(algorithm, statistics.median(fitted.values()))
 
 
 def eval_fraction() -> float:
-  """Cost of an evaluation sample / a training sample at the same n and T."""
+  """Cost of an evaluation sample / a training sample at the same n and T (the test pass)."""
   tp = measured()["test_pass"]
   alg, n = tp["algorithm"], tp["nb_nodes"]
   per_sample_train = k_step(alg) * trajectory_length(alg, n) * n**2 / 32
@@ -104,7 +118,19 @@ def _clrs30_test_samples(algorithm: str) -> int:
 
 
 def estimate_run(algorithm: str, settings: Mapping[str, Any]) -> Dict[str, float]:
-  """Seconds of one run: train (compilation included), val, test; peak GB."""
+  """The CPU cost of one run of `algorithm`.
+
+  Args:
+    algorithm: a CLRS-30 algorithm.
+    settings: as `settings_from_gin` gives them: train_steps (required), and optionally
+      hidden_size, batch_size, train_lengths, eval_every_steps, val_max_samples,
+      test_max_samples, test_every_steps, and steps_per_s (a given training speed, in
+      place of the measured step times and the compilation).
+
+  Returns:
+    Seconds of training (compilation included), validation, test and in total
+    (train_s, val_s, test_s, total_s), and peak_gb, the estimated peak memory in GB.
+  """
   steps = int(settings["train_steps"])
   hidden = float(settings.get("hidden_size", 128))
   batch = float(settings.get("batch_size", 32))
@@ -175,11 +201,21 @@ def estimate_runs_gpu(algorithm: str, runs: int, settings: Mapping[str, Any],
 
   On a GPU, a step's time follows its hint steps (the scan runs them one after
   another), not n^2: a train step at n nodes costs k * T(n), k measured at 16 nodes
-  (`_gpu_k`), whatever the batch and hidden size (they were the protocol's).  Each of
-  the run's shapes (a train step per train size, validation, test) compiles once per
-  sweep: the first run cold, the others from the sweep's cache (warm).  Evaluation:
-  the measured whole run's evaluation seconds per hint step of its evaluation
-  batches, times this run's.
+  (`_gpu_k`), whatever the batch and hidden size (the measurement used the protocol's).
+  Each of the run's shapes (a train step per train size, validation, test) compiles once
+  per sweep: the first run cold, the others from the sweep's cache (warm).  Evaluation:
+  the measured whole run's evaluation seconds per hint step of its evaluation batches,
+  times this run's.
+
+  Args:
+    algorithm: a CLRS-30 algorithm.
+    runs: how many runs of it.
+    settings: as for `estimate_run`.
+    gpu: the GPU figures (`measured_gpu`).
+
+  Returns:
+    Seconds of all `runs` together: train_s, val_s (validation and test together),
+    test_s (0) and total_s.
   """
   steps = int(settings["train_steps"])
   lengths = ([STRING_MATCHER_LENGTH] if is_string_matcher(algorithm)
@@ -199,6 +235,7 @@ def estimate_runs_gpu(algorithm: str, runs: int, settings: Mapping[str, Any],
 
 
 def memory_class(gb: float) -> str:
+  """The label of the MEMORY_CLASSES class a peak of `gb` GB falls into."""
   return next(label for limit, label in MEMORY_CLASSES if gb < limit)
 
 
@@ -208,8 +245,17 @@ def count_by_algorithm(algorithms: Iterable[str]) -> Dict[str, int]:
 
 
 def settings_from_gin() -> Dict[str, Any]:
-  """The settings `estimate_run` and the calibration estimate read, from the
-  components of the gin config parsed last (nar_markov.config.components.resolve)."""
+  """The settings `estimate_run` and the calibration estimate read, from the gin parsed last.
+
+  Read from the resolved components (nar_markov.config.components.resolve), the
+  launcher's ``sweep_axes.seeds_per_job`` and ``slurm_resources.gpus_per_task``;
+  train_lengths is None where it is given per algorithm (a mapping).
+
+  Returns:
+    The protocol's train_steps, batch_size, train_lengths, eval_every_steps,
+    val_max_samples, test_max_samples, schedule_steps and test_every_steps, the net's
+    hidden_size, seeds_per_job and gpus_per_task.
+  """
   from launch import cluster  # pylint: disable=g-import-not-at-top  (no jax)
   from launch import sweep_spec  # pylint: disable=g-import-not-at-top  (no jax)
   from nar_markov.config import components  # pylint: disable=g-import-not-at-top  (no jax)
@@ -233,9 +279,21 @@ def _h(seconds: float) -> str:
 
 def format_estimate(runs_by_algorithm: Mapping[str, int],
                     settings: Mapping[str, Any]) -> str:
-  """The dry run's cost table: per algorithm and in total.  A sweep that asks for GPUs
-  (settings' gpus_per_task >= 1) is estimated from the GPU figures where they exist
-  (`estimate_runs_gpu`), else from the CPU's, with a word that no GPU was measured."""
+  """The dry run's cost table: per algorithm and in total.
+
+  A sweep that asks for GPUs (settings' gpus_per_task >= 1) is estimated from the GPU
+  figures where they exist (`estimate_runs_gpu`), else from the CPU's, with a word that
+  no GPU was measured.
+
+  Args:
+    runs_by_algorithm: runs to do per algorithm (`count_by_algorithm`); those with 0 are
+      left out.
+    settings: as for `estimate_run`, with gpus_per_task and seeds_per_job
+      (`settings_from_gin`).
+
+  Returns:
+    The table's lines, joined; 'planned cost: nothing to run' where there is no run.
+  """
   runs_by_algorithm = {a: n for a, n in runs_by_algorithm.items() if n}
   if not runs_by_algorithm:
     return "planned cost: nothing to run"
@@ -304,12 +362,20 @@ def format_calibration_estimate(algorithms: Sequence[str], settings: Mapping[str
                                 heuristic) -> str:
   """Stage 1 of a G-ForgetNet sweep: the lambda calibrations' cost (ESTIMATES).
 
-  `heuristic`: nar_markov.config.lambda_heuristic.LambdaHeuristic.  Each calibration seed
-  trains to the calibration step (0.6 of the schedule); under 'constant' each
-  seed adds up to max_trials search runs of that length.  With
-  reuse_calibration_prefix the G-ForgetNet run of a calibration seed continues
-  from the calibration (schedule: the lambda = 0 run; constant: the chosen trial,
-  for the median seed), so those steps are not trained twice.
+  Each calibration seed trains to the heuristic's calibration step of the schedule
+  (schedule_steps, else train_steps); under 'constant' each seed adds up to max_trials
+  search runs of that length.  With reuse_calibration_prefix the G-ForgetNet run of a
+  calibration seed continues from the calibration (schedule: the lambda = 0 run;
+  constant: the chosen trial, for the median seed), so those steps are not trained twice.
+
+  Args:
+    algorithms: the algorithms to calibrate.
+    settings: as for `estimate_run` (`settings_from_gin`).
+    heuristic: a nar_markov.config.lambda_heuristic.LambdaHeuristic.
+
+  Returns:
+    A line of the total CPU hours (a line more on the reuse), or 'stage 1 cost: no
+    calibration to run'.
   """
   algorithms = list(algorithms)
   if not algorithms:

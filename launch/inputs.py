@@ -2,7 +2,7 @@
 
 gin takes several inputs that give another sweep than the one asked for without a word:
 a model file after an overlay (its `include 'gin/base.gin'` binds the protocol again, so
-`--gin gin/slurm_gpu.gin --gin gin/forget.gin` dropped the GPU request), two model files
+`--gin gin/slurm_gpu.gin --gin gin/forget.gin` drops the GPU request), two model files
 (the last one wins), and a binding on a component the model does not use
 (`GatePenalty.lambda_gate=0.1` on the baseline).  Others fail with gin's own riddles
 (`SEEDS=[0,1` -> "EOF in multi-line statement", an unquoted string -> "<ast.Name object
@@ -48,13 +48,25 @@ def _why_unparsable(text: str, error: Exception) -> str:
 
 
 def check_binding_syntax(gin_params: Sequence[str]) -> None:
-  """ValueError naming the first of `gin_params` that gin cannot parse, and why."""
+  """Checks that gin can parse each of `gin_params`, before gin parses anything.
+
+  Raises:
+    ValueError: naming the first binding gin cannot parse, and why.
+  """
   for param in gin_params:
     _statements(param, f"--gin_param {param!r}")
 
 
 def bound_keys(gin_params: Sequence[str]) -> List[Tuple[Key, str]]:
-  """(key, the binding it came from) of every binding in `gin_params`."""
+  """The keys of the bindings in `gin_params`.
+
+  Returns:
+    (key, the binding it came from) for every binding statement, in order; a key is
+    (scope, the selector's last part, parameter; '' for a macro).
+
+  Raises:
+    ValueError: as `check_binding_syntax`.
+  """
   out = []
   for param in gin_params:
     for s in _statements(param, f"--gin_param {param!r}"):
@@ -110,11 +122,17 @@ def _name(key: Key) -> str:
 
 
 def check_files(gin_files: Sequence[str]) -> None:
-  """ValueError where the order of `gin_files` decides what the sweep is: two model
-  files, or a file that binds again, to another value, what an earlier overlay bound (a
-  model file's includes count as its own bindings).  A model file first and overlays
-  after it, each binding what no other overlay binds otherwise, give the same sweep in
-  any order of the overlays."""
+  """Checks that the order of `gin_files` does not decide what the sweep is.
+
+  A model file first and overlays after it, each binding what no other overlay binds
+  otherwise, give the same sweep in any order of the overlays.  A model file is one that
+  includes another file (e.g. gin/base.gin) or sets run_experiment.model; its includes'
+  bindings count as its own.
+
+  Raises:
+    ValueError: two model files; a file that binds again, to another value, what an
+      earlier overlay bound; a file (or one it includes) not found or not parsable.
+  """
   files = [_File(f) for f in gin_files]
   models = [f for f in files if f.is_model]
   if len(models) > 1:
@@ -142,9 +160,19 @@ def check_files(gin_files: Sequence[str]) -> None:
 
 
 def check_used(gin_params: Sequence[str], unused: Mapping[str, str]) -> None:
-  """ValueError for a binding of `gin_params` on a component or parameter in `unused`
-  (components.unused_components: 'GatePenalty', 'NetConfig.gate_bias_init', ... -> why the
-  model does not use it): gin would take it and the sweep train without it."""
+  """Checks that no binding of `gin_params` is on a component the model does not use.
+
+  gin would take such a binding and the sweep train without it.  Run after gin has parsed
+  the model's files.
+
+  Args:
+    gin_params: the --gin_param bindings.
+    unused: components.unused_components: 'GatePenalty', 'NetConfig.gate_bias_init', ...
+      -> why the model does not use it.
+
+  Raises:
+    ValueError: the first binding on a component or parameter in `unused`, with why.
+  """
   for (_, selector, arg), param in bound_keys(gin_params):
     why = unused.get(f"{selector}.{arg}", unused.get(selector))
     if why is not None:

@@ -38,20 +38,28 @@ _NOT_ENDED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RE
 
 
 def log_folder(results_dir) -> pathlib.Path:
-  """submitit's folder for the sweep's jobs (%j: the job id)."""
+  """submitit's folder for the sweep's jobs, `<results>/_logs/%j` (%j: the job id)."""
   return pathlib.Path(results_dir) / LOG_DIR / "%j"
 
 
 def remove_literal_log_folder(results_dir) -> None:
-  """submitit's local controller makes its folder as named, `%j` and all: an empty
-  `<results>/_logs/%j` that no job writes to (each job's logs are in `_logs/<id>/`)."""
+  """Removes the empty `<results>/_logs/%j` that submitit's local controller makes.
+
+  It makes its folder as named, `%j` and all, and no job writes to it (each job's logs
+  are in `_logs/<id>/`).  A folder that is gone or not empty is left alone, silently.
+  """
   with contextlib.suppress(OSError):  # gone already, or (never seen) not empty
     (pathlib.Path(results_dir) / LOG_DIR / "%j").rmdir()
 
 
 def private_log_dir(results_dir) -> pathlib.Path:
-  """`<results>/_logs`, made private to this user (0700): jobs unpickle what is in it.
-  PermissionError where it belongs to someone else."""
+  """`<results>/_logs`, made where missing and private to this user (0700).
+
+  Jobs unpickle what is in it, so whoever can write there runs code in them.
+
+  Raises:
+    PermissionError: the folder belongs to someone else.
+  """
   folder = pathlib.Path(results_dir) / LOG_DIR
   folder.mkdir(mode=0o700, parents=True, exist_ok=True)
   if stat.S_IMODE(folder.stat().st_mode) != 0o700:
@@ -63,9 +71,14 @@ def private_log_dir(results_dir) -> pathlib.Path:
 
 
 def stat_fields(pid) -> Optional[List[str]]:
-  """/proc/<pid>/stat's fields after `pid (comm)` (field 3, the state, first), or None
-  where there is no such process (or no /proc). comm may hold spaces and parentheses,
-  so the fields are split after its last ')'."""
+  """/proc/<pid>/stat's fields after `pid (comm)`: field 3, the state, first.
+
+  comm may hold spaces and parentheses, so the fields are split after its last ')'.
+
+  Returns:
+    The fields, or None where there is no such process (or no /proc, or `pid` is not an
+    integer).
+  """
   try:
     text = pathlib.Path(f"/proc/{int(pid)}/stat").read_text()
   except (OSError, ValueError):
@@ -85,6 +98,11 @@ def process_token() -> dict:
 
 
 def process_alive(token: Optional[dict]) -> bool:
+  """Whether the process of `token` (`process_token`) still runs, on this host.
+
+  False for an empty token or another host's, and where the pid now names a process
+  that started at another time.
+  """
   if not token or token.get("host") != socket.gethostname():
     return False
   start = _start_time(token.get("pid", -1))
@@ -92,7 +110,11 @@ def process_alive(token: Optional[dict]) -> bool:
 
 
 def local_job_alive(job_id: str) -> bool:
-  """A local submitit job's id is its controller's pid."""
+  """Whether the local submitit job `job_id` still runs.
+
+  A local submitit job's id is its controller's pid: alive while that process exists and
+  its command line names submitit.
+  """
   try:
     cmdline = pathlib.Path(f"/proc/{int(job_id)}/cmdline").read_bytes()
   except (OSError, ValueError):
@@ -109,15 +131,29 @@ def _paths(job) -> dict:
 
 
 class Manifest:
-  """`<results>/_sweeps/<timestamp>.json`: the jobs one sweep submitted, written before
-  it submits (its runs and calibrations planned, then their job ids).
+  """`<results>/_sweeps/<timestamp>.json`: the jobs one sweep submitted.
 
-  On Slurm each array is tagged before its sbatch (`tag`: its entries name the tag and
-  their task; the array carries it as its comment) and recorded after it, before the
-  next: should the sweep die in between, `states` finds the array in the queue by it.
+  The sweep saves it before it submits (its runs and calibrations planned, `plan`), then
+  with their job ids (`add`, `add_calibration`).  On Slurm each array is tagged before
+  its sbatch (`tag`: its entries name the tag and their task; the array carries it as
+  its comment) and recorded after it, before the next: should the sweep die in between,
+  `states` finds the array in the queue by it.  Planned entries (no job id yet) count as
+  in flight while the sweep process that made the manifest lives.
+
+  Attributes:
+    path: the manifest's file.
+    data: its content, as `save` writes it.
   """
 
   def __init__(self, results_dir, cluster_name: str, gin_files, gin_params, argv):
+    """A new manifest of this process's sweep; makes `<results>/_sweeps`, writes nothing.
+
+    Args:
+      results_dir: the sweep's results folder.
+      cluster_name: the cluster its jobs run on ('slurm', 'local', ...).
+      gin_files, gin_params, argv: the sweep's gin files, bindings and command line,
+        recorded as they are.
+    """
     now = datetime.datetime.now()
     folder = pathlib.Path(results_dir) / MANIFEST_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -131,8 +167,14 @@ class Manifest:
                  "sweep": process_token()}
 
   def plan(self, todo, calibs=()) -> None:
-    """The runs and calibrations about to be submitted: a second sweep on this folder
-    sees them as queued."""
+    """Records the runs and calibrations about to be submitted, without job ids.
+
+    Once saved, a second sweep on this folder sees them as queued while this one lives.
+
+    Args:
+      todo: the runs (with model, algorithm, seed, run_dir).
+      calibs: the calibrations (with algorithm, reading, record_path).
+    """
     for c in calibs:
       self.data["calibration_jobs"].append({"algorithm": c.algorithm, "reading": c.reading,
                                             "record": str(c.record_path), "job_id": None})
@@ -141,9 +183,19 @@ class Manifest:
                                 "run_dir": str(r.run_dir), "job_id": None})
 
   def tag(self, index: int, runs_by_task: Sequence[Sequence], calibrations=()) -> str:
-    """Tag the planned entries of the array about to be submitted (its `index`-th): task
-    i runs `runs_by_task[i]` (or calibrates `calibrations[i]`).  The tag (for sbatch's
-    --comment) names this manifest and the array."""
+    """Tags the planned entries of the array about to be submitted (the sweep's `index`-th).
+
+    Each planned entry (no job id yet) of the array's runs or calibrations gets the tag
+    and its task.
+
+    Args:
+      index: the array's number in this sweep.
+      runs_by_task: task i runs `runs_by_task[i]`.
+      calibrations: or task i calibrates `calibrations[i]`.
+
+    Returns:
+      The tag, for sbatch's --comment: it names this manifest and the array.
+    """
     digest = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:12]
     tag = f"nar_markov-{digest}-{index}"
     for task, group in enumerate(runs_by_task):
@@ -169,17 +221,33 @@ class Manifest:
     return record
 
   def add(self, run, job, after: Optional[str] = None) -> dict:
+    """Records submitit job `job` of `run`, in place of its planned entry (keeping its tag).
+
+    Args:
+      run: the run (model, algorithm, seed, run_dir, key).
+      job: its submitit job.
+      after: the job id it waits for, if any.
+
+    Returns:
+      The entry recorded.
+    """
     record = dict(model=run.model, algorithm=run.algorithm, seed=run.seed,
                   run_dir=str(run.run_dir), after=after, **_paths(job))
     return self._put(self.data["jobs"], record, lambda e: _run_key(e) == run.key)
 
   def add_calibration(self, calib, job) -> dict:
+    """Records submitit job `job` of calibration `calib`, as `add` does for a run.
+
+    Returns:
+      The entry recorded.
+    """
     record = dict(algorithm=calib.algorithm, reading=calib.reading,
                   record=str(calib.record_path), **_paths(job))
     return self._put(self.data["calibration_jobs"], record,
                      lambda e: e.get("record") == record["record"])
 
   def save(self) -> None:
+    """Writes the manifest to `path`, atomically."""
     runs.atomic_write_bytes(self.path, json.dumps(self.data, indent=1).encode())
 
 
@@ -191,8 +259,14 @@ _warned_unreadable = set()  # manifests this process has said it cannot read
 
 
 def read_manifests(results_dir) -> List[dict]:
-  """All sweep manifests, oldest first (file names are sortable timestamps); one
-  warning per process for each that does not read."""
+  """All sweep manifests of `results_dir`, oldest first (file names are sortable timestamps).
+
+  One that does not read is skipped with one warning on stderr per process; one of
+  another schema is skipped silently.
+
+  Returns:
+    Each manifest's data, with `_path` its file.
+  """
   out = []
   for path in sorted((pathlib.Path(results_dir) / MANIFEST_DIR).glob("*.json")):
     try:
@@ -209,8 +283,13 @@ def read_manifests(results_dir) -> List[dict]:
 
 
 def last_jobs(results_dir) -> Tuple[Dict[Tuple[str, str, int], dict], Dict[str, dict]]:
-  """(run key -> the last job entry for it, calibration record path -> the last job
-  entry for it), each with its sweep's cluster, process token and manifest."""
+  """The last job entry of each run and calibration, over all manifests of `results_dir`.
+
+  Returns:
+    (run key (model, algorithm, seed) -> its last entry, calibration record path -> its
+    last entry), each entry with its sweep's cluster, sweep (process token), manifest and
+    log_folder added.
+  """
   run_jobs, calib_jobs = {}, {}
   for m in read_manifests(results_dir):
     context = {"cluster": m.get("cluster"), "sweep": m.get("sweep"), "manifest": m["_path"],
@@ -226,13 +305,22 @@ def last_jobs(results_dir) -> Tuple[Dict[Tuple[str, str, int], dict], Dict[str, 
 
 
 class SchedulerUnavailable(RuntimeError):
+  """Slurm cannot be asked: squeue is missing, fails or does not answer."""
   pass
 
 
 def slurm_states(job_ids: Iterable[str]) -> Dict[str, str]:
-  """Job (array task) id -> Slurm state, for the jobs the scheduler still knows:
-  submitit's `Job.state` (one sacct call) where the cluster keeps accounting, squeue
-  for the others.  SchedulerUnavailable where squeue is needed and fails."""
+  """The Slurm state of each of `job_ids` that the scheduler still knows.
+
+  Asked of submitit's `Job.state` (one sacct call) where the cluster keeps accounting,
+  of squeue for the others.
+
+  Returns:
+    Job (array task) id -> Slurm state.
+
+  Raises:
+    SchedulerUnavailable: squeue is needed and fails.
+  """
   ids = sorted({str(j) for j in job_ids if j})
   found = {j: s for j, s in _accounted_states(ids).items() if s != "UNKNOWN"}
   rest = [j for j in ids if j not in found]
@@ -288,9 +376,16 @@ def _squeue_states(ids: Sequence[str]) -> Dict[str, str]:
 
 
 def queued_by_tag(tags: Iterable[str]) -> Dict[Tuple[str, int], Tuple[str, str]]:
-  """(tag, task) -> (job id, Slurm state) of this user's queued or running jobs whose
-  comment is one of `tags` (Manifest.tag): arrays a sweep submitted but did not live
-  to record."""
+  """This user's queued or running jobs whose comment is one of `tags` (`Manifest.tag`).
+
+  These are arrays a sweep submitted but did not live to record.
+
+  Returns:
+    (tag, task) -> (job id, Slurm state).
+
+  Raises:
+    SchedulerUnavailable: squeue fails.
+  """
   tags = set(tags)
   found = {}
   for line in _squeue(["-u", getpass.getuser(), "-o", "%i|%T|%k"]):
@@ -328,9 +423,12 @@ def _log_tail(path: Optional[str], size: int = 65536) -> str:
 
 
 def exception_of(text: str) -> Optional[str]:
-  """'Type: message' of the last exception in `text` (a traceback, or a log that ends
-  in one): without its frames, notes such as gin's "In call to configurable ...",
-  what srun and submitit print after it, and the exception's module."""
+  """'Type: message' of the last exception in `text` (a traceback, or a log that ends in one).
+
+  Without its frames, notes such as gin's "In call to configurable ...", what srun and
+  submitit print after it, and the exception's module.  None where `text` has no such
+  line.
+  """
   start = text.rfind("Traceback (most recent call last):")
   lines = text[start:].splitlines()[1:] if start >= 0 else text.splitlines()
   said: List[str] = []
@@ -346,8 +444,16 @@ def exception_of(text: str) -> Optional[str]:
 
 
 def why_it_ended(job: Mapping, slurm_state: Optional[str] = None) -> str:
-  """Why a job that left no result ended: its exception (from its own error log),
-  else Slurm's word on it, else what the sweep recorded."""
+  """Why a job that left no result ended, in one line.
+
+  Its exception (from its own error log; a word on a full disk where the log ends before
+  naming it), else that it finished without a result, else Slurm's word on it in the
+  log, else the entry's recorded outcome, else `slurm_state`, else a guess.
+
+  Args:
+    job: its manifest entry (stderr: its error log; outcome, optional).
+    slurm_state: its Slurm state, where known.
+  """
   text = _log_tail(job.get("stderr"))
   if _SUBMITIT_ERROR in text:
     return (exception_of(text.rsplit(_SUBMITIT_ERROR, 1)[1])
@@ -389,10 +495,13 @@ def _log_says_it_ended(job: Mapping) -> bool:
 class JobState:
   """What the last job of a run (or calibration) is doing.
 
-  phase: queued (pending, running, or planned by a sweep that is submitting it);
-  unknown (Slurm cannot be asked and its log does not say it ended); ended
-  (detail: why, when it left no result); never submitted (planned by a sweep that
-  ended first).
+  Attributes:
+    phase: 'queued' (pending, running, or planned by a sweep that is submitting it);
+      'unknown' (Slurm cannot be asked and its log does not say it ended); 'ended';
+      'never submitted' (planned by a sweep that ended first).
+    detail: the phase in words; for 'ended', why the job left no result (`why_it_ended`).
+    job_id: its job id, where it has one.
+    log: its error log, where known.
   """
   phase: str
   detail: str
@@ -401,12 +510,20 @@ class JobState:
 
   @property
   def in_flight(self) -> bool:
+    """Whether the job is still in flight: its phase is 'queued'."""
     return self.phase == "queued"
 
 
 def states(entries: Mapping[Hashable, Mapping]) -> Tuple[Dict[Hashable, JobState], List[str]]:
-  """The state of each entry's job (entries from `last_jobs`), the scheduler asked
-  once for all; and warnings (the scheduler could not be asked)."""
+  """The state of each entry's job, the scheduler asked once for all.
+
+  Args:
+    entries: key -> job entry, as `last_jobs` gives them.
+
+  Returns:
+    (key -> JobState, warnings): a warning for each question Slurm could not answer (its
+    jobs are then 'unknown', or 'ended' where their log says so).
+  """
   out: Dict[Hashable, JobState] = {}
   on_slurm, tagged = {}, {}
   for key, job in entries.items():
@@ -478,8 +595,17 @@ def _found_in_the_queue(tagged: Mapping[Hashable, Mapping], out: Dict[Hashable, 
 
 
 def summarize_exception(error: BaseException, log_path: Optional[str] = None) -> str:
-  """Why a job the sweep waited for failed: its exception, from its own error log where
-  it has one (submitit's FailedJobError only quotes it), else from `error`."""
+  """Why a job the sweep waited for failed, in one line.
+
+  Args:
+    error: what waiting for the job raised.
+    log_path: the job's error log, if any.
+
+  Returns:
+    Its exception from the log where it names one or Slurm's word on it
+    (`why_it_ended`; submitit's FailedJobError only quotes it), else `error`'s
+    'Type: message' (or its type's name).
+  """
   text = _log_tail(log_path)
   if _SUBMITIT_ERROR in text or _SLURM_VERDICT.search(text):
     return why_it_ended({"stderr": log_path})

@@ -18,14 +18,24 @@ from nar_markov.store import runs
 
 
 class UsageError(Exception):
-  """Bad input, or a plan that must not go ahead: reported as such, exit code 2,
-  nothing submitted."""
+  """Bad input, or a plan that must not go ahead: one line, exit code 2, nothing submitted."""
 
 
 @dataclasses.dataclass
 class Plan:
-  """The sweep's runs as they stand (status.RunView), and its calibrations: those
-  without a record, the usable records, the last job of each that has none."""
+  """The sweep's runs as they stand, and its λ calibrations (`make_plan`).
+
+  Attributes:
+    runs: the sweep's runs (`sweep_spec.expand_runs`).
+    views: run key -> the run as it stands (status.RunView).
+    calibs: the calibrations without a record (`sweep_spec.calibration_plan`).
+    calibrated: algorithm -> its usable calibration record.
+    calib_jobs: algorithm -> the state of the last job of its calibration, for those of
+      `calibs` that have one.
+    problems: calibration records that cannot be used; the plan must not go ahead.
+    warnings: questions the scheduler could not answer.
+    force: submit runs whose last job Slurm could not be asked about.
+  """
   runs: List[sweep_spec.Run]
   views: Dict[tuple, status.RunView]
   calibs: List[sweep_spec.Calibration]
@@ -40,43 +50,56 @@ class Plan:
 
   @property
   def done(self) -> List[sweep_spec.Run]:
+    """The runs whose result is done."""
     return self._runs(lambda v: v.result.done)
 
   @property
   def flying(self) -> List[sweep_spec.Run]:
+    """The runs not done whose last job is queued or running."""
     return self._runs(lambda v: not v.result.done and v.job is not None and v.job.in_flight)
 
   @property
   def unknown(self) -> List[sweep_spec.Run]:
+    """The runs not done whose last job Slurm could not be asked about."""
     return self._runs(lambda v: not v.result.done and v.job is not None
                       and v.job.phase == "unknown")
 
   @property
   def todo(self) -> List[sweep_spec.Run]:
+    """The runs to submit: neither done nor in flight (nor unknown, unless `force`)."""
     held = {r.key for r in self.flying + ([] if self.force else self.unknown)}
     return [r for r in self.runs if r not in self.done and r.key not in held]
 
   @property
   def corrupt(self) -> List[sweep_spec.Run]:
+    """The runs to submit whose result.json is corrupt (the sweep moves it aside)."""
     return [r for r in self.todo if self.views[r.key].result.state == "corrupt"]
 
   @property
   def other(self) -> List[sweep_spec.Run]:
+    """The runs to submit with a result or checkpoint made with other settings."""
     return [r for r in self.todo if self.views[r.key].state == "other"]
 
   @property
   def calib_flying(self) -> Dict[str, jobs.JobState]:
+    """Algorithm -> its calibration's job, where that is queued, running or unknown."""
     return {a: s for a, s in self.calib_jobs.items() if s.in_flight or s.phase == "unknown"}
 
   @property
   def calib_todo(self) -> List[sweep_spec.Calibration]:
-    """Only the algorithms with runs left to train need their λ now."""
+    """The calibrations to submit: of algorithms with runs to submit, none in flight."""
     needed = {r.algorithm for r in self.todo}
     return [c for c in self.calibs if c.algorithm in needed and c.algorithm not in self.calib_flying]
 
 
 def make_plan(sweep_runs: Sequence[sweep_spec.Run], results_dir, force: bool = False) -> Plan:
-  """The plan of `sweep_runs` (sweep_spec.expand_runs: gin parsed) on `results_dir`."""
+  """The plan of `sweep_runs` on `results_dir`, the scheduler asked once per kind of job.
+
+  Args:
+    sweep_runs: the sweep's runs (sweep_spec.expand_runs, gin parsed).
+    results_dir: the results folder.
+    force: as `Plan.force`.
+  """
   views, warnings = status.survey(results_dir, sweep_runs,
                                   sweep_spec.expected_definitions(sweep_runs))
   calibs, calibrated, problems = sweep_spec.calibration_plan(sweep_runs)
@@ -89,7 +112,23 @@ def make_plan(sweep_runs: Sequence[sweep_spec.Run], results_dir, force: bool = F
 
 
 def check(plan: Plan, archive_mismatched: bool, results_dir) -> List[str]:
-  """UsageError where the plan must not go ahead; else the warnings to print."""
+  """Checks that the plan may go ahead.
+
+  Args:
+    plan: the plan.
+    archive_mismatched: --archive-mismatched: runs made with other settings are archived
+      and trained again.
+    results_dir: the results folder (named in the message).
+
+  Returns:
+    The warnings to print: with `plan.force`, one for the runs Slurm could not be asked
+    about.
+
+  Raises:
+    UsageError: runs made with other settings without `archive_mismatched`; calibration
+      records that cannot be used; runs whose last job Slurm could not be asked about,
+      without `plan.force`.
+  """
   other = plan.other
   if other and not archive_mismatched:
     kinds = {"checkpoints" if plan.views[r.key].result.state == "missing" else "results"
@@ -129,8 +168,11 @@ def data_cache_dir() -> pathlib.Path:
 
 
 def cached_test_split(algorithm: str) -> Optional[pathlib.Path]:
-  """nar_markov.data.splits.cache_path(algorithm, 'test'), without importing clrs (None where
-  dm-clrs is not installed)."""
+  """Where the data cache keeps the test split of `algorithm`, without importing clrs.
+
+  As nar_markov.data.splits.cache_path(algorithm, 'test'); None where dm-clrs is not
+  installed.
+  """
   try:
     version = importlib.metadata.version("dm-clrs")
   except importlib.metadata.PackageNotFoundError:
@@ -139,8 +181,12 @@ def cached_test_split(algorithm: str) -> Optional[pathlib.Path]:
 
 
 def check_data_cache(plan: Plan) -> None:
-  """UsageError where every job would fail at start: a test split they need is not in
-  the data cache, and the cache cannot be written (a job makes the split there)."""
+  """Checks that the jobs of the plan can find or make the test splits they need.
+
+  Raises:
+    UsageError: every job would fail at start: a test split they need is not in the data
+      cache, and the cache cannot be written (a job makes the split there).
+  """
   needed = sorted({r.algorithm for r in plan.todo} | {c.algorithm for c in plan.calib_todo})
   paths = [p for p in map(cached_test_split, needed) if p is not None]
   missing = [p for p in paths if not p.is_file()]
@@ -166,7 +212,7 @@ def check_data_cache(plan: Plan) -> None:
 
 
 def summary(plan: Plan, cluster_name: str) -> List[str]:
-  """The sweep's first line(s): how many runs to submit, done, in flight."""
+  """The sweep's first line(s): how many runs to submit, done, in flight; the calibrations'."""
   sweep_runs, todo = plan.runs, plan.todo
   line = (f"sweep {sweep_runs[0].model}: {len(sweep_runs)} runs "
           f"({len({r.algorithm for r in sweep_runs})} algorithms x "
@@ -188,11 +234,14 @@ def summary(plan: Plan, cluster_name: str) -> List[str]:
 
 def dry_run(plan: Plan, cluster_name: str, resources: cluster.SlurmResources,
             full: bool = False) -> List[str]:
-  """What --dry-run prints after the summary, what it will ask for first: on Slurm the
-  job arrays and the resources each task of them gets (additional sbatch parameters and
-  setup lines too), the estimated cost; then the calibrations and the runs -- counts per
-  model x algorithm and a line for each run with something to say (corrupt, archived, a
-  checkpoint), or (`full`, --list) a line per run and per job."""
+  """The lines --dry-run prints after the summary, what it will ask for first.
+
+  On Slurm the job arrays and the resources each task of them gets (additional sbatch
+  parameters and setup lines too); the estimated cost; then the calibrations and the runs
+  -- counts per model x algorithm and a line for each run with something to say (corrupt,
+  archived, a checkpoint), or (`full`, --list) a line per run and per job; the gin; and
+  'dry run: nothing submitted'.
+  """
   lines = []
   k = plan.runs[0].seeds_per_job
   if cluster_name == "slurm":
@@ -222,9 +271,14 @@ def dry_run(plan: Plan, cluster_name: str, resources: cluster.SlurmResources,
 
 
 def job_arrays(plan: Plan) -> List[tuple]:
-  """(what, tasks) of each job array the sweep would submit to Slurm, in order: the
-  calibrations (one array), then the runs -- one array per calibration they wait for,
-  one for the others, each split at cluster.MAX_ARRAY_SIZE tasks."""
+  """The job arrays the sweep would submit to Slurm, in order.
+
+  The calibrations (one array), then the runs' jobs -- one array per calibration they
+  wait for, one for the others, each split at cluster.MAX_ARRAY_SIZE tasks.
+
+  Returns:
+    (what, tasks) of each array.
+  """
   arrays = [("lambda calibration", len(plan.calib_todo))] if plan.calib_todo else []
   waits = {c.algorithm for c in plan.calib_todo} | set(plan.calib_flying)
   by_wait: Dict[Optional[str], int] = {}

@@ -26,8 +26,15 @@ _BY_PHASE = {"queued": "running", "unknown": "running", "ended": "failed"}
 
 @dataclasses.dataclass(frozen=True)
 class RunView:
-  """One run as it stands: its result, its checkpoint (looked at where the run is not
-  done and its settings are known) and its last job (None: never submitted)."""
+  """One run as it stands (`survey`).
+
+  Attributes:
+    run: the run.
+    result: its result's verdict (runs.check_result).
+    checkpoint: its checkpoint's verdict, looked at where the result is missing and the
+      settings are known; else None.
+    job: its last job's state; None: never submitted (or the result is there).
+  """
   run: sweep_spec.Run
   result: runs.Verdict
   checkpoint: Optional[runs.Verdict] = None
@@ -42,11 +49,17 @@ class RunView:
 
   @property
   def other_checkpoint(self) -> bool:
-    """A checkpoint its job would refuse (written with other settings)."""
+    """Whether it has a checkpoint its job would refuse (written with other settings)."""
     return self.checkpoint is not None and self.checkpoint.state == "other"
 
   @property
   def state(self) -> str:
+    """One of STATES.
+
+    The result's state unless it is missing; then 'other' for a checkpoint made with
+    other settings, else from the last job: 'running' (queued, or unknown), 'failed'
+    (ended), 'missing' (none, or never submitted).
+    """
     if self.result.state != "missing":
       return self.result.state
     if self.other_checkpoint:
@@ -55,6 +68,7 @@ class RunView:
 
   @property
   def detail(self) -> str:
+    """The state in words: the result's, the checkpoint's or the job's detail."""
     if self.result.state != "missing":
       return self.result.detail
     if self.other_checkpoint:
@@ -64,11 +78,17 @@ class RunView:
 
 def survey(results_dir, sweep_runs: Sequence[sweep_spec.Run],
            expected: Optional[Mapping] = None) -> Tuple[List[RunView], List[str]]:
-  """Each run as it stands, and warnings (the scheduler could not be asked).
+  """Each run of `sweep_runs` as it stands, the scheduler asked once.
 
-  `expected`: run key -> the definition its result must have
-  (sweep_spec.expected_definitions; then results and checkpoints made with other
-  settings are "other"), or None: the result alone is checked.
+  Args:
+    results_dir: the results folder (its sweep manifests name the runs' jobs).
+    sweep_runs: the runs.
+    expected: run key -> the definition its result must have
+      (sweep_spec.expected_definitions; then results and checkpoints made with other
+      settings are "other"), or None: the result alone is checked, no checkpoint.
+
+  Returns:
+    (a RunView per run, in order; warnings: the scheduler could not be asked).
   """
   results = {r.key: runs.check_result(r.run_dir, (expected or {}).get(r.key))
              for r in sweep_runs}
@@ -88,7 +108,11 @@ _RUN_FOLDER = re.compile(r"^seed(\d+)$")
 
 
 def runs_on_disk(results_dir) -> List[Tuple[str, str, int]]:
-  """(model, algorithm, seed) of every run folder under results_dir."""
+  """(model, algorithm, seed) of every run folder under `results_dir`.
+
+  A run folder is `<model>/<algorithm>/seed<k>`; model folders starting with '_' or '.'
+  hold no runs.
+  """
   found = []
   for seed_dir in pathlib.Path(results_dir).glob("*/*/seed*"):
     model, algorithm = seed_dir.parent.parent.name, seed_dir.parent.name
@@ -100,8 +124,11 @@ def runs_on_disk(results_dir) -> List[Tuple[str, str, int]]:
 
 def classify(results_dir, sweep_runs: Optional[Sequence[sweep_spec.Run]] = None,
              expected: Optional[Mapping] = None) -> Tuple[List[RunView], List[str]]:
-  """`survey` of the sweep's runs, by default of every run on disk or in a manifest
-  (the result alone checked); sorted by model, algorithm and seed."""
+  """`survey` of `sweep_runs`, sorted by model, algorithm and seed.
+
+  Without `sweep_runs`: of every run on disk or in a sweep manifest of `results_dir`, the
+  result alone checked (unless `expected` is given).
+  """
   if sweep_runs is None:
     keys = set(runs_on_disk(results_dir)) | set(jobs.last_jobs(results_dir)[0])
     sweep_runs = [sweep_spec.Run(*key, gin_files=(), gin_params=(), results_dir=str(results_dir))
@@ -114,6 +141,7 @@ def classify(results_dir, sweep_runs: Optional[Sequence[sweep_spec.Run]] = None,
 
 
 def summarize(views: Sequence[RunView]) -> Dict[Tuple[str, str], Dict[str, int]]:
+  """(model, algorithm) -> state -> how many runs, in first-appearance order."""
   table = collections.OrderedDict()
   for v in views:
     row = table.setdefault((v.model, v.algorithm), dict.fromkeys(STATES, 0))
@@ -122,9 +150,14 @@ def summarize(views: Sequence[RunView]) -> Dict[Tuple[str, str], Dict[str, int]]
 
 
 def calibration_report(results_dir) -> Tuple[List[str], List[str]]:
-  """Stage 1 of G-ForgetNet sweeps, lines and warnings: each λ calibration's record
-  (done, or unusable: it does not read back) or its last job (calibrating; failed,
-  with why and its log)."""
+  """Stage 1 of G-ForgetNet sweeps on `results_dir`: a line per λ calibration.
+
+  Each calibration's record (done, or unusable: it does not read back) or, for one
+  without a record, its last job (calibrating; failed, with why and its log).
+
+  Returns:
+    (lines, none where there is neither record nor job; warnings of the scheduler).
+  """
   from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
   records = {str(lambda_heuristic.calibration_root(results_dir) / reading / f"{alg}.json"):
              (reading, alg, rec)
@@ -157,6 +190,8 @@ def _calibration_state(what) -> str:
 
 
 def format_report(results_dir, views: Sequence[RunView], warnings: Sequence[str] = ()) -> str:
+  """The --status report: the table of states per model x algorithm, the runs that need a
+  word (corrupt, other, failed, running), the calibrations and the warnings."""
   calibrations, more = calibration_report(results_dir)
   lines = [f"results: {pathlib.Path(results_dir).resolve()}"]
   if not views:

@@ -24,10 +24,19 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def make_executor(cluster_name: str, results_dir, resources: cluster.SlurmResources):
-  """submitit's executor, its folder `<results>/_logs/%j` private to this user, and the
-  sweep's compilation cache folder made (private where it is the default).  A local job
-  gets the GPUs `resources` asks for (`SlurmResources.local_gpus`) through
-  CUDA_VISIBLE_DEVICES, as submitit's LocalExecutor sets it."""
+  """submitit's executor for the sweep's jobs on `cluster_name` ('slurm', 'local', 'debug').
+
+  Makes `<results>/_logs` private to this user, and the sweep's compilation cache folder
+  (private where it is the default).  Slurm and local jobs find this repository on their
+  PYTHONPATH (set in this process's environment for local ones).  A local job gets the
+  GPUs `resources` asks for (`SlurmResources.local_gpus`) through CUDA_VISIBLE_DEVICES,
+  as submitit's LocalExecutor sets it, and starts in a process group of its own
+  (`cancel`).
+
+  Raises:
+    UsageError: a folder cannot be made private; a bad compilation_cache.path; a local
+      job asks for more GPUs than this machine shows.
+  """
   import submitit  # pylint: disable=g-import-not-at-top
   try:
     jobs.private_log_dir(results_dir)
@@ -130,7 +139,12 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
-  """One of SIGNALS: the sweep stops, saying in `said` what it leaves behind."""
+  """One of SIGNALS: the sweep stops, saying in `said` what it leaves behind.
+
+  Attributes:
+    signum: the signal's number.
+    said: what the sweep leaves behind, in words ('' for nothing to say).
+  """
 
   def __init__(self, signum: int, said: str = ""):
     super().__init__(signum, said)
@@ -138,6 +152,7 @@ class Interrupted(KeyboardInterrupt):
 
   @property
   def exit_code(self) -> int:
+    """The sweep's exit status: 128 + the signal's number."""
     return 128 + self.signum
 
   def __str__(self) -> str:
@@ -147,8 +162,11 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def signals_interrupt():
-  """SIGTERM and SIGHUP end the sweep where it is, as Ctrl-C does (Interrupted), so
-  that what it was doing is cleaned up and recorded on the way out."""
+  """Within it, each of SIGNALS raises Interrupted where the sweep is, as Ctrl-C does.
+
+  So SIGTERM and SIGHUP too let what the sweep was doing be cleaned up and recorded on the
+  way out.  The previous handlers are restored after.
+  """
   def handler(signum, _):
     raise Interrupted(signum)
   with _handlers(handler):
@@ -169,10 +187,21 @@ def _handlers(handler):
 
 
 class Submission:
-  """A sweep's arrays going out one sbatch at a time: each tagged in the manifest before
-  its sbatch and recorded there before the next; a signal is held until then, and the
-  submission stops there (Interrupted).  A second signal stops it at once: the array
-  sbatch was sending is then found in the queue by its tag, if it got there."""
+  """A sweep's arrays going out one sbatch at a time.
+
+  Each array is tagged in the manifest before its sbatch and recorded there before the
+  next.  Within `held`, a signal is held until then, and the submission stops there
+  (Interrupted).  A second signal stops it at once: the array sbatch was sending is then
+  found in the queue by its tag, if it got there.
+
+  Attributes:
+    executor: submitit's Slurm executor.
+    manifest: the sweep's manifest.
+    n_runs: the runs the sweep submits in all.
+    arrays: the ids of the arrays submitted and recorded so far.
+    runs_out: how many runs those submitted (the caller's `record` counts them).
+    received: the signals received within `held`.
+  """
 
   def __init__(self, executor, manifest: jobs.Manifest, n_runs: int):
     self.executor, self.manifest, self.n_runs = executor, manifest, n_runs
@@ -186,11 +215,27 @@ class Submission:
       raise Interrupted(signum, f"while sbatch was running; {self.where()}")
 
   def held(self):
+    """A context in which SIGNALS are held as the class says."""
     return _handlers(self._on_signal)
 
   def array(self, calls, tag_entries, record) -> list:
-    """Submit the jobs `calls` as one array: `tag_entries(index)` tags their planned
-    entries (returns the tag), `record(jobs)` records them; returns the jobs."""
+    """Submits the jobs `calls` as one array, tagged, and records it in the manifest.
+
+    Args:
+      calls: (job, keyword arguments) of each task; the tasks all run the first one's job.
+      tag_entries: tag_entries(index) tags their planned entries and returns the tag
+        (sbatch's --comment).
+      record: record(jobs) records the submitted jobs in the manifest.
+
+    Returns:
+      The submitted jobs.
+
+    Raises:
+      Interrupted: a signal came while this array went out (after it is recorded).
+      OSError: the manifest cannot be written.
+      What submitit raises where sbatch fails; the files submitit left for the array
+      are removed first.
+    """
     logs = pathlib.Path(self.manifest.data["results_dir"]) / jobs.LOG_DIR
     before = _loose_files(logs)
     tag = tag_entries(len(self.arrays))
@@ -239,8 +284,17 @@ def _loose_files(folder: pathlib.Path) -> set:
 
 def on_slurm(executor, plan: Plan, manifest: jobs.Manifest,
              resources: cluster.SlurmResources) -> Tuple[Dict[str, str], List[Tuple[list, Any]]]:
-  """Stage 1 (the calibrations to make: one array) and stage 2 (the runs); returns
-  (algorithm -> its calibration task, [(runs, their job)])."""
+  """Submits the plan to Slurm: stage 1 (the calibrations to make, one array), then stage 2.
+
+  Signals are held as `Submission` says.
+
+  Returns:
+    (algorithm -> its calibration's task id, [(runs, their job)]).
+
+  Raises:
+    UsageError: sbatch refused a job array (unknown partition, account, limits, ...).
+    Interrupted: a signal stopped the submission.
+  """
   import submitit  # pylint: disable=g-import-not-at-top
   submission = Submission(executor, manifest, len(plan.todo))
   with submission.held():
@@ -264,7 +318,11 @@ def _waits(plan: Plan, calibrations: Dict[str, str]) -> Dict[str, str]:
 
 def submit_calibrations(submission: Submission,
                         calibs: Sequence[sweep_spec.Calibration]) -> Dict[str, str]:
-  """One array, a task per algorithm; algorithm -> task id."""
+  """Submits the calibrations `calibs` as one array, a task per algorithm.
+
+  Returns:
+    Algorithm -> its task's job id; {} where there is none.
+  """
   if not calibs:
     return {}
   manifest = submission.manifest
@@ -277,8 +335,21 @@ def submit_calibrations(submission: Submission,
 
 def submit_runs(submission: Submission, todo: Sequence[sweep_spec.Run],
                 resources: cluster.SlurmResources, after: Dict[str, str]) -> List[Tuple[list, Any]]:
-  """One array per calibration task the runs wait for (`after`: algorithm -> task;
-  `--dependency=afterok`), one for all the others; [(runs, their job)]."""
+  """Submits the runs' jobs: one array per calibration task they wait for, one for the others.
+
+  Each array is split at cluster.MAX_ARRAY_SIZE tasks.  Runs that wait go with
+  `--dependency=afterok:<task>` and `--kill-on-invalid-dep=yes`: a failed calibration
+  cancels them.
+
+  Args:
+    submission: the sweep's submission.
+    todo: the runs to submit.
+    resources: the sweep's resources (their additional sbatch parameters are kept).
+    after: algorithm -> the calibration task its runs wait for.
+
+  Returns:
+    [(runs, their job)] of each job submitted.
+  """
   executor, manifest = submission.executor, submission.manifest
   extra = resources.executor_params()["slurm_additional_parameters"]
   by_dependency: Dict[Optional[str], list] = {}
@@ -309,7 +380,7 @@ def submit_runs(submission: Submission, todo: Sequence[sweep_spec.Run],
 
 def slurm_report(plan: Plan, calibrations: Dict[str, str], submitted, resources,
                  manifest: jobs.Manifest) -> List[str]:
-  """What the sweep prints once its arrays are submitted."""
+  """The lines the sweep prints once its arrays are submitted (jobs, logs, results, status)."""
   lines = []
   if calibrations:
     arrays = sorted({j.split("_")[0] for j in calibrations.values()})
@@ -339,8 +410,16 @@ def slurm_report(plan: Plan, calibrations: Dict[str, str], submitted, resources,
 
 
 def run_here(executor, plan: Plan, manifest: jobs.Manifest, cluster_name: str) -> int:
-  """local/debug: the calibrations, then each job, one at a time, with progress;
-  returns how many runs failed (a failed calibration fails its algorithm's runs)."""
+  """Runs the plan here (local or debug): the calibrations, then each job, one at a time.
+
+  Prints progress; a failed calibration fails its algorithm's runs, which are skipped.
+
+  Returns:
+    How many runs failed.
+
+  Raises:
+    Interrupted: a signal (or Ctrl-C) cancelled the job in flight.
+  """
   failed = {}
   for i, c in enumerate(plan.calib_todo, 1):
     why = _run_one(executor, c.job_call(), lambda job, c=c: [manifest.add_calibration(c, job)],
@@ -371,11 +450,14 @@ CANCEL_GRACE_S = 10.0
 
 
 def cancel(job, grace_s: float = CANCEL_GRACE_S) -> None:
-  """Cancel `job`: on Slurm, scancel; a local job (`_start_job`: its own process group),
-  SIGINT to the whole group -- the shell of its setup lines, submitit's controller and the
-  process running the call, and one the controller is forking that moment (a group signal
-  reaches a child being forked) -- then SIGKILL to what is left after `grace_s` seconds.
-  Returns once the group is gone (or 5 s after the SIGKILL)."""
+  """Cancels `job`: on Slurm, scancel; a local job, its whole process group.
+
+  A local job (`_start_job`: its own process group) gets SIGINT to the whole group -- the
+  shell of its setup lines, submitit's controller and the process running the call, and
+  one the controller is forking that moment (a group signal reaches a child being forked)
+  -- then SIGKILL to what is left after `grace_s` seconds.  Returns once the group is gone
+  (or 5 s after the SIGKILL).
+  """
   process = getattr(job, "_process", None)  # a local job's Popen; None on Slurm
   if process is None:
     job.cancel()

@@ -51,6 +51,7 @@ from launch.plan import UsageError
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  """The command line's flags (module docstring); argparse exits 2 on a bad one."""
   p = argparse.ArgumentParser(
       description=__doc__.split("\n\n")[0],
       formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,9 +82,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def check_flags(args: argparse.Namespace, argv: Sequence[str]) -> None:
-  """UsageError for flags that do not go together: --status reports a results folder
-  and plans nothing, so --dry-run, --archive-mismatched, --force, --cluster and --list
-  would be ignored."""
+  """Checks that the flags go together.
+
+  Args:
+    args: the parsed flags.
+    argv: the command line as given (which flags were given at all).
+
+  Raises:
+    UsageError: --list without --dry-run; --status with --dry-run, --archive-mismatched,
+      --force, --cluster or --list (--status reports a results folder and plans
+      nothing, so they would be ignored).
+  """
   if not args.status:
     if args.list and not args.dry_run:
       raise UsageError("--list lists the runs of a --dry-run: give --dry-run too")
@@ -97,7 +106,11 @@ def check_flags(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
 
 def pick_cluster(name: str, dry_run: bool = False) -> str:
-  """--cluster as the sweep will use it; slurm needs sbatch, except to plan (--dry-run)."""
+  """--cluster as the sweep will use it: auto is slurm where sbatch is on PATH, else local.
+
+  Raises:
+    UsageError: slurm without sbatch on PATH, unless `dry_run` (planning needs none).
+  """
   if name == "auto":
     return "slurm" if shutil.which("sbatch") else "local"
   if name == "slurm" and shutil.which("sbatch") is None and not dry_run:
@@ -107,7 +120,11 @@ def pick_cluster(name: str, dry_run: bool = False) -> str:
 
 
 def expand(gin_files, gin_params, results_dir):
-  """sweep_spec.expand_runs with bad input turned into UsageError."""
+  """sweep_spec.expand_runs, its ValueError or FileNotFoundError turned into UsageError.
+
+  Raises:
+    UsageError: no gin file, or bad input (one line, without gin's "In call to" notes).
+  """
   from launch import sweep_spec  # pylint: disable=g-import-not-at-top
   if not gin_files:
     raise UsageError("no gin file given (--gin FILE, e.g. --gin gin/baseline.gin)")
@@ -120,7 +137,11 @@ def expand(gin_files, gin_params, results_dir):
 
 
 def results_folder(path: str) -> pathlib.Path:
-  """--results as the sweep will write to it (runs.check_results_folder)."""
+  """--results as the sweep will write to it (runs.check_results_folder).
+
+  Raises:
+    UsageError: a folder a sweep cannot write into.
+  """
   try:
     return runs.check_results_folder(path)
   except ValueError as e:
@@ -128,6 +149,14 @@ def results_folder(path: str) -> pathlib.Path:
 
 
 def cmd_status(args) -> int:
+  """--status: prints the report of the results folder (with --gin, of that sweep's runs).
+
+  Returns:
+    0.
+
+  Raises:
+    UsageError: --results is a file or (without --gin) no folder; bad gin input.
+  """
   results_dir = pathlib.Path(args.results).expanduser().resolve()
   if results_dir.exists() and not results_dir.is_dir():
     raise UsageError(f"--results {results_dir} is a file, not a results folder")
@@ -145,6 +174,19 @@ def cmd_status(args) -> int:
 
 
 def cmd_sweep(args, argv: List[str]) -> int:
+  """The sweep: plans it, and prints the plan (--dry-run) or submits it.
+
+  Except for --dry-run, the sweep lock of the results folder is held while it plans and
+  writes the manifest (on Slurm, and submits); local and debug jobs run here after the
+  lock is given back.
+
+  Returns:
+    0, or 1 where a local or debug run failed.
+
+  Raises:
+    UsageError: bad input, a plan that must not go ahead, or the sweep lock cannot be
+      taken.
+  """
   from launch import cluster  # pylint: disable=g-import-not-at-top
   results_dir = results_folder(args.results)
   cluster_name = pick_cluster(args.cluster, args.dry_run)
@@ -208,9 +250,13 @@ def _prepare(plan: plan_lib.Plan, cluster_name: str, resources, argv):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  """The command line; what went wrong in one line on stderr: bad input or a plan that
-  must not go ahead (exit 2), a file that cannot be written, e.g. a full disk (1), a
-  signal (128 + its number: Ctrl-C 130)."""
+  """The command line (module docstring); returns the exit status.
+
+  Returns:
+    0 where all went well; what went wrong is one line on stderr: 2 for bad input or a
+    plan that must not go ahead, 1 for a file that cannot be written (e.g. a full disk)
+    or a local run that failed, 128 + its number for a signal (Ctrl-C: 130).
+  """
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse_args(argv)
   try:

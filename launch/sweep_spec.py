@@ -55,7 +55,25 @@ class Job(submitit.helpers.Checkpointable):
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One training run of a sweep: everything the job needs, as strings/ints."""
+  """One training run of a sweep: everything the job needs, as strings/ints.
+
+  Attributes:
+    model: the run's label (run_experiment.model).
+    algorithm: its algorithm.
+    seed: its seed.
+    gin_files: the sweep's gin files, absolute paths.
+    gin_params: the sweep's bindings.
+    results_dir: the results folder, an absolute path.
+    multitask: a multi-task sweep (gin macro MULTITASK): every algorithm of a seed is
+      trained by one job, one processor on `job_algorithms`; the runs stay per algorithm
+      for skipping and --status.
+    job_algorithms: all of the sweep's ALGORITHMS, done or not (multi-task only).
+    seeds_per_job: SEEDS_PER_JOB (gin macro): K > 1 trains up to K seeds of one (model,
+      algorithm) in one job (run_experiment's K-seed mode); the runs stay per seed.
+    resolved: the experiment `expand_runs` resolved (components.resolve), which the
+      definitions and the calibration plan read instead of gin; not sent to jobs (they
+      parse their gin files), not compared.
+  """
   model: str
   algorithm: str
   seed: int
@@ -77,18 +95,22 @@ class Run:
 
   @property
   def name(self) -> str:
+    """'<model>/<algorithm>/seed<k>'."""
     return f"{self.model}/{self.algorithm}/seed{self.seed}"
 
   @property
   def run_dir(self) -> pathlib.Path:
+    """Its run folder (runs.run_dir)."""
     return runs_lib.run_dir(self.results_dir, self.model, self.algorithm, self.seed)
 
   @property
   def result_path(self) -> pathlib.Path:
+    """Its result.json."""
     return self.run_dir / runs_lib.RESULT_NAME
 
   @property
   def key(self) -> Tuple[str, str, int]:
+    """(model, algorithm, seed)."""
     return (self.model, self.algorithm, self.seed)
 
   @property
@@ -129,8 +151,17 @@ def job_groups(runs: Sequence[Run]) -> List[List[Run]]:
 
 
 def job_call(group: Sequence[Run]) -> Tuple[Job, Dict[str, Any]]:
-  """(job, its keyword arguments) that trains one group of `job_groups`: one run, up to
-  K seeds of one algorithm, or (multi-task) all algorithms of a seed."""
+  """The job that trains one group of `job_groups`, and its keyword arguments.
+
+  A group is one run, up to K seeds of one algorithm, or (multi-task) all algorithms of a
+  seed; the job calls `experiment.run_from_gin`.
+
+  Returns:
+    (job, its keyword arguments).
+
+  Raises:
+    ValueError: several runs in a group where each job trains one run.
+  """
   run = group[0]
   if not run.multitask and run.seeds_per_job == 1 and len(group) != 1:
     raise ValueError(f"one job per run, got {[r.name for r in group]}")
@@ -151,8 +182,14 @@ def sweep_axes(algorithms: Sequence[str] = gin.REQUIRED, seeds: Sequence[int] = 
                seeds_per_job: int = 1, multitask: bool = False) -> Dict[str, Any]:
   """The sweep's axes as the gin files bind them (`AXES`); the launcher calls this.
 
-  seeds_per_job: K > 1 trains up to K seeds of one algorithm in one job.
-  multitask: one job per seed trains one processor on all `algorithms`.
+  Args:
+    algorithms: the sweep's algorithms (macro ALGORITHMS).
+    seeds: its seeds (macro SEEDS).
+    seeds_per_job: K > 1 trains up to K seeds of one algorithm in one job.
+    multitask: one job per seed trains one processor on all `algorithms`.
+
+  Returns:
+    The four, by name, unchecked.
   """
   return dict(algorithms=algorithms, seeds=seeds, seeds_per_job=seeds_per_job,
               multitask=multitask)
@@ -185,9 +222,13 @@ def _defines_macro(name: str) -> bool:
 
 
 def bound_axes() -> Dict[str, Any]:
-  """`sweep_axes()` of the parsed gin files, unchecked: a `sweep_axes.<axis>` binding wins,
-  else the macro gin/base.gin defines (AXES); raises gin's error where a required one is
-  missing."""
+  """`sweep_axes()` of the parsed gin files, unchecked.
+
+  A `sweep_axes.<axis>` binding wins, else the macro gin/base.gin defines (AXES).
+
+  Raises:
+    gin's error (a RuntimeError or TypeError) where a required axis is missing.
+  """
   macros = {}
   for axis, macro in AXES.items():
     try:
@@ -232,15 +273,25 @@ def _axes() -> Dict[str, Any]:
 
 def expand_runs(gin_files: Sequence[str], gin_params: Sequence[str],
                 results_dir: str) -> List[Run]:
-  """Parse gin and list the sweep's runs: model x ALGORITHMS x SEEDS.
+  """Parses gin and lists the sweep's runs: model x ALGORITHMS x SEEDS.
 
-  Raises ValueError, with the reason in one line, for a missing gin file, files whose
-  order would decide the sweep (two model files, a model file after an overlay:
-  launch/inputs.py), an unknown or malformed binding, macro or axis, a binding on a
-  component the model does not use, a missing or unknown model, an unknown
-  algorithm, bad seeds or SEEDS_PER_JOB, or an algorithm G-ForgetNet has no lambda
-  for -- before anything runs.  Leaves gin parsed, so `cluster.SlurmResources()` is this
-  sweep's.
+  Leaves gin parsed, so `cluster.SlurmResources()` is this sweep's.
+
+  Args:
+    gin_files: the gin files (relative to the cwd or the repo root).
+    gin_params: the bindings, after the files.
+    results_dir: the results folder.
+
+  Returns:
+    The runs: per algorithm, then seed; multi-task, per seed, then algorithm.
+
+  Raises:
+    ValueError: with the reason in one line, before anything runs: a missing gin file,
+      files whose order would decide the sweep (two model files, a model file after an
+      overlay: launch/inputs.py), an unknown or malformed binding, macro or axis, a
+      binding on a component the model does not use, a missing or unknown model, a
+      MULTITASK that does not match the label, an unknown algorithm, bad seeds or
+      SEEDS_PER_JOB, bad slurm_resources, or an algorithm G-ForgetNet has no lambda for.
   """
   from launch import inputs  # pylint: disable=g-import-not-at-top
   try:
@@ -303,7 +354,14 @@ def expected_definitions(runs: Sequence[Run]) -> Dict[Tuple[str, str, int], Opti
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-  """Stage 1 of a G-ForgetNet sweep: the lambda calibration of one algorithm."""
+  """Stage 1 of a G-ForgetNet sweep: the lambda calibration of one algorithm.
+
+  Attributes:
+    algorithm: the algorithm.
+    reading: LambdaHeuristic.reading ('schedule' or 'constant').
+    gin_files, gin_params, results_dir: the sweep's, as in `Run`.
+    scope: NetConfig.history_scope (None: the default).
+  """
   algorithm: str
   reading: str
   gin_files: Tuple[str, ...]
@@ -313,10 +371,12 @@ class Calibration:
 
   @property
   def name(self) -> str:
+    """'lambda calibration (<reading>)/<algorithm>', for progress lines."""
     return f"lambda calibration ({self.reading})/{self.algorithm}"
 
   @property
   def record_path(self) -> pathlib.Path:
+    """The calibration record it writes (lambda_heuristic.record_path)."""
     return lambda_heuristic.record_path(self.results_dir, self.reading, self.algorithm,
                                         self.scope)
 
@@ -328,12 +388,18 @@ class Calibration:
 
 
 def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, dict], List[str]]:
-  """(calibrations to make, algorithm -> usable record, problems) of a sweep.
+  """The λ calibrations of a sweep: those to make, the usable records, the problems.
 
-  Empty unless the sweep is G-ForgetNet with lambda read from calibration
-  records (lambda_gate None).  A problem is a record that is unreadable or was
-  made with other settings: the sweep refuses to go on (nothing is
-  overwritten).  `runs` from `expand_runs` (their `resolved` experiment).
+  Empty unless the sweep is a single-task G-ForgetNet one with lambda read from
+  calibration records (lambda_gate None).
+
+  Args:
+    runs: the sweep's runs, from `expand_runs` (their `resolved` experiment).
+
+  Returns:
+    (calibrations to make: one per algorithm without a record, algorithm -> its usable
+    record with its 'lambda', problems: records that are unreadable or were made with
+    other settings; the sweep refuses to go on, nothing is overwritten).
   """
   if not runs or runs[0].multitask:
     return [], {}, []
