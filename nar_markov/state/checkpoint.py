@@ -158,10 +158,10 @@ def check_resume(state: Mapping[str, Any], path: pathlib.Path,
       step past train_steps (no definitions recorded), or definitions that differ (the
       message names them).
   """
-  if state.get("format") != state_files.CHECKPOINT_FORMAT:
-    raise ValueError(f"checkpoint {path} has format {state.get('format')!r}, this code reads "
-                     f"{state_files.CHECKPOINT_FORMAT}; the checkpoint is kept: use another "
-                     "results_dir or move it aside")
+  problem = state_files.format_problem(state, path)
+  if problem:
+    raise ValueError(f"{problem}; the checkpoint is kept: use another results_dir or move it "
+                     "aside")
   recorded = state.get("definitions")
   if state.get("algorithms") != [d["algorithm"] for d in expected]:
     raise ValueError(

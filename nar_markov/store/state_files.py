@@ -14,7 +14,7 @@ import json
 import pathlib
 import zipfile
 import zlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -108,6 +108,15 @@ def read_state(path, arrays: bool = True) -> Any:
   return decode(doc["state"])
 
 
+def format_problem(state: Mapping[str, Any], path) -> Optional[str]:
+  """Why a checkpoint's state dict (read from `path`) is not of `CHECKPOINT_FORMAT`; None
+  if it is.  The trainer (`checkpoint.check_resume`) and `check_checkpoint` both ask it."""
+  if state.get("format") == CHECKPOINT_FORMAT:
+    return None
+  return (f"checkpoint {path} has format {state.get('format')!r}, this code reads "
+          f"{CHECKPOINT_FORMAT}")
+
+
 def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verdict:
   """What a trainer will make of the checkpoint in `folder`, read without its arrays.
 
@@ -134,9 +143,9 @@ def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verd
   except ValueError as e:
     return runs.Verdict("corrupt", path,
                         f"{e}; the job moves it aside and trains from step 0")
-  if state.get("format") != CHECKPOINT_FORMAT:
-    return runs.Verdict("other", path, f"checkpoint {path} has format {state.get('format')!r}, "
-                        f"this code reads {CHECKPOINT_FORMAT}")
+  problem = format_problem(state, path)
+  if problem:
+    return runs.Verdict("other", path, problem)
   algorithms = [d["algorithm"] for d in expected]
   if state.get("algorithms") != algorithms:
     return runs.Verdict("other", path, f"checkpoint {path} is for algorithms "
