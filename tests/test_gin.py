@@ -56,8 +56,13 @@ def test_gin_file_parses_and_runs_two_steps(name, tmp_path, monkeypatch, data_ca
     # lambda from a calibration record by default (tests/test_calibrate.py);
     # here bound by hand, which the sweep and run_experiment also accept.
     params.append("GatePenalty.lambda_gate = 0.01")
+  resolved = []  # a job resolves its gin once (issue 74: config flows one way)
+  real_resolve = components.resolve
+  monkeypatch.setattr(components, "resolve",
+                      lambda **kw: resolved.append(kw) or real_resolve(**kw))
   (path,) = experiment.run_from_gin(files, params, algorithms=[algorithm], seeds=[0],
                                results_dir=str(tmp_path))
+  assert resolved == [{}]
   result = pathlib.Path(path)
   assert result.exists() and (result.parent / "config.gin").exists()
   import json  # pylint: disable=g-import-not-at-top

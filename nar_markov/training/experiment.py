@@ -71,7 +71,13 @@ def run_experiment(*,
   given = {k: v for k, v in (("model", model), ("net", net), ("protocol", protocol),
                              ("penalty", penalty), ("save_final_state", save_final_state))
            if v is not _GIN}
-  exp = components.resolve(**given)
+  return _train(components.resolve(**given), algorithm, seed, results_dir,
+                gin_made_it=not given)
+
+
+def _train(exp: components.Experiment, algorithm, seed, results_dir: str,
+           gin_made_it: bool) -> Any:
+  """`run_experiment` on the resolved `exp` (its arguments, its return)."""
   seeds, one_seed = runspec.check_seeds(seed)
   algorithms, one_alg = runspec.check_algorithms(algorithm)
   if len(algorithms) > 1 and not exp.multitask:
@@ -86,7 +92,7 @@ def run_experiment(*,
   return train.run(runspec.Resolved(
       tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=exp.model,
       results_dir=results_dir, net=exp.net, protocol=exp.protocol,
-      gin_str=run_gin(exp, gin_made_it=not given), save_final_state=exp.save_final_state))
+      gin_str=run_gin(exp, gin_made_it=gin_made_it), save_final_state=exp.save_final_state))
 
 
 def as_gin(model: str, net: NetConfig, protocol: components.Protocol,
@@ -166,8 +172,8 @@ def run_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
   algorithms, seeds = list(algorithms), [int(s) for s in seeds]
   if not multitask and len(algorithms) != 1:
     raise ValueError(f"a single-task job trains one algorithm, got {algorithms}")
-  run_experiment(algorithm=algorithms if multitask else algorithms[0], seed=seeds,
-                 results_dir=results_dir)
-  model = components.resolve().model
-  return [str(runs.run_dir(results_dir, model, a, s) / runs.RESULT_NAME)
+  exp = components.resolve()  # once: what trains is what the paths name
+  _train(exp, algorithms if multitask else algorithms[0], seeds, results_dir,
+         gin_made_it=True)
+  return [str(runs.run_dir(results_dir, exp.model, a, s) / runs.RESULT_NAME)
           for s in seeds for a in algorithms]
