@@ -80,6 +80,8 @@ def test_unknown_algorithm_lists_the_30_valid_names(cache):
     splits.load_split("dijkstraa", "test", cache_dir=cache)
   with pytest.raises(ValueError, match="floyd_warshall"):
     train_stream.TrainStream("sort", seed=0)
+  with pytest.raises(ValueError, match="unknown algorithm 'sort'"):  # was a KeyError
+    preprocessing.preprocess_feedback("sort", None)
   with pytest.raises(ValueError, match="val, test"):
     splits.load_split("bfs", "train", cache_dir=cache)
 

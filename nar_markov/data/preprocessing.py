@@ -50,7 +50,7 @@ def preprocess_feedback(algorithm: str, feedback: clrs.Feedback,
   with the caller.
 
   Args:
-    algorithm: a CLRS-30 name (a key of clrs.SPECS; not checked further).
+    algorithm: a CLRS-30 name.
     feedback: one raw batch, as a clrs sampler gives it.
     rng: draws the random `pos` (and advances); None: `pos` is kept.
 
@@ -58,8 +58,11 @@ def preprocess_feedback(algorithm: str, feedback: clrs.Feedback,
     The preprocessed feedback; its outputs a list, as clrs keeps them.  Random `pos`
     replaces the data of the `pos` DataPoint in place, as clrs does, so `feedback`'s
     `pos` changes too.
+
+  Raises:
+    ValueError: an unknown algorithm (`clrs30.check_algorithm`).
   """
-  spec = clrs.SPECS[algorithm]
+  spec = clrs.SPECS[clrs30.check_algorithm(algorithm)]
   it = iter((feedback,))
   if rng is not None:
     it = clrs.process_random_pos(it, rng)
