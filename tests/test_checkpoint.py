@@ -68,3 +68,21 @@ def test_status_calls_a_checkpoint_of_another_format_other(tmp_path):
                           dict(state.to_state({}, [], []), format=1))
   verdict = state_files.check_checkpoint(tmp_path, state.definitions)
   assert verdict.state == "other" and "format 1" in verdict.detail
+
+
+def test_status_and_trainer_agree_on_a_checkpoint_without_definitions(tmp_path):
+  """A checkpoint that records no settings (older): resumed, with a warning, up to the run's
+  train_steps; past them the trainer refuses it, and --status calls it `other` (it said
+  `resume`, when each made its own check)."""
+  expected = [{"algorithm": "bfs", "seed": 0, "settings": {"train_steps": 20}}]
+  state = dict(_state().to_state({}, [], []), definitions=None)
+  path = tmp_path / runs.CHECKPOINT_NAME
+  state_files.write_state(path, state)
+  checkpoint.check_resume(state, path, expected)  # step 20 of 20: resumes
+  assert state_files.check_checkpoint(tmp_path, expected).state == "resume"
+  expected[0]["settings"]["train_steps"] = 10
+  with pytest.raises(ValueError, match="at step 20, this run has train_steps=10; the "
+                                       "checkpoint is kept"):
+    checkpoint.check_resume(state, path, expected)
+  verdict = state_files.check_checkpoint(tmp_path, expected)
+  assert verdict.state == "other" and "train_steps=10" in verdict.detail

@@ -158,34 +158,22 @@ def check_resume(state: Mapping[str, Any], path: pathlib.Path,
       step past train_steps (no definitions recorded), or definitions that differ (the
       message names them).
   """
-  problem = state_files.format_problem(state, path)
+  problem = state_files.resume_problem(state, path, expected)
   if problem:
-    raise ValueError(f"{problem}; the checkpoint is kept: use another results_dir or move it "
-                     "aside")
-  recorded = state.get("definitions")
-  if state.get("algorithms") != [d["algorithm"] for d in expected]:
-    raise ValueError(
-        f"checkpoint {path} is for algorithms {state.get('algorithms')}, this run is "
-        f"on {[d['algorithm'] for d in expected]}; remove it or use another results_dir")
-  if recorded is None:  # written before checkpoints recorded their settings
+    kind, message = problem
+    raise ValueError(message + _ADVICE[kind])
+  if state.get("definitions") is None:  # written before checkpoints recorded their settings
     util.log(f"WARNING: {path} records no settings (an older checkpoint); resuming "
              "without checking them")
-    if state["step"] > expected[0]["settings"]["train_steps"]:
-      raise ValueError(f"checkpoint {path} is at step {state['step']}, this run has "
-                       f"train_steps={expected[0]['settings']['train_steps']}; the "
-                       "checkpoint is kept: use another results_dir or move it aside")
-    return
-  # Checkpoints written before the history policy was part of the definition: their
-  # label pinned it (components.check_label).
-  recorded = [dict(r, history=r.get("history", e["history"])) for r, e in zip(recorded, expected)]
-  diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
-  if diffs:
-    raise ValueError(
-        f"checkpoint {path} was written with "
-        + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
-        + ", ".join(f"{k}={b!r}" for k, _, b in diffs)
-        + ". The checkpoint is kept (not resumed, not overwritten): use another "
-        "results_dir, or move it aside to train this run from step 0")
+
+
+# What the refusal of each kind (`state_files.resume_problem`) tells the user to do.
+_KEPT = "; the checkpoint is kept: use another results_dir or move it aside"
+_ADVICE = {"format": _KEPT, "steps": _KEPT,
+           "algorithms": "; remove it or use another results_dir",
+           "definitions": (". The checkpoint is kept (not resumed, not overwritten): use "
+                           "another results_dir, or move it aside to train this run from "
+                           "step 0")}
 
 
 def calibration_prefix(tasks: Sequence[runspec.Task], seed: int,

@@ -14,7 +14,7 @@ import json
 import pathlib
 import zipfile
 import zlib
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -108,19 +108,54 @@ def read_state(path, arrays: bool = True) -> Any:
   return decode(doc["state"])
 
 
-def format_problem(state: Mapping[str, Any], path) -> Optional[str]:
-  """Why a checkpoint's state dict (read from `path`) is not of `CHECKPOINT_FORMAT`; None
-  if it is.  The trainer (`checkpoint.check_resume`) and `check_checkpoint` both ask it."""
-  if state.get("format") == CHECKPOINT_FORMAT:
+def resume_problem(state: Mapping[str, Any], path,
+                   expected: Sequence[Mapping[str, Any]]) -> Optional[Tuple[str, str]]:
+  """Why a trainer refuses to resume from a checkpoint's state dict; None if it resumes.
+
+  The one check behind both the trainer (`checkpoint.check_resume`, which raises it) and
+  `check_checkpoint` (which reports it).  A recorded definition without a "history" key is
+  compared as if it had the expected one; a checkpoint that records no definitions is
+  refused only past the run's train_steps.
+
+  Args:
+    state: the checkpoint's dict (`read_state`).
+    path: its file, for the message.
+    expected: the job's definitions, one per algorithm, with the seed.
+
+  Returns:
+    None, or (kind, message), kind one of 'format' (not `CHECKPOINT_FORMAT`), 'algorithms',
+    'steps' (no definitions recorded, its step past train_steps), 'definitions' (the message
+    names the settings that differ).
+  """
+  if state.get("format") != CHECKPOINT_FORMAT:
+    return "format", (f"checkpoint {path} has format {state.get('format')!r}, this code "
+                      f"reads {CHECKPOINT_FORMAT}")
+  algorithms = [d["algorithm"] for d in expected]
+  if state.get("algorithms") != algorithms:
+    return "algorithms", (f"checkpoint {path} is for algorithms {state.get('algorithms')}, "
+                          f"this run is on {algorithms}")
+  recorded = state.get("definitions")
+  if recorded is None:  # written before checkpoints recorded their settings
+    train_steps = expected[0]["settings"]["train_steps"]
+    if state["step"] > train_steps:
+      return "steps", (f"checkpoint {path} is at step {state['step']}, this run has "
+                       f"train_steps={train_steps}")
     return None
-  return (f"checkpoint {path} has format {state.get('format')!r}, this code reads "
-          f"{CHECKPOINT_FORMAT}")
+  # Written before the history policy was part of a definition: the label pinned it.
+  recorded = [dict(r, history=r.get("history", e.get("history")))
+              for r, e in zip(recorded, expected)]
+  diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
+  if diffs:
+    return "definitions", (f"checkpoint {path} was written with "
+                           + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
+                           + ", ".join(f"{k}={b!r}" for k, _, b in diffs))
+  return None
 
 
 def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verdict:
   """What a trainer will make of the checkpoint in `folder`, read without its arrays.
 
-  A recorded definition without a "history" key is compared as if it had the expected one.
+  The trainer's own check (`resume_problem`), without loading the arrays.
 
   Args:
     folder: a run folder, or a multi-task job's folder (`runs.job_folder`).
@@ -131,8 +166,9 @@ def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verd
     A `runs.Verdict` on the checkpoint's path, its state one of
       missing   there is none;
       corrupt   unreadable: the trainer moves it aside and trains from step 0;
-      other     of another format, or written for other algorithms or settings: the
-                trainer refuses it and keeps it, so a job for it is bound to fail;
+      other     of another format, for other algorithms or settings, or past the run's
+                steps: the trainer refuses it and keeps it, so a job for it is bound to
+                fail;
       resume    the job will continue from it (detail: from which step).
   """
   path = pathlib.Path(folder) / runs.CHECKPOINT_NAME
@@ -143,20 +179,7 @@ def check_checkpoint(folder, expected: Sequence[Mapping[str, Any]]) -> runs.Verd
   except ValueError as e:
     return runs.Verdict("corrupt", path,
                         f"{e}; the job moves it aside and trains from step 0")
-  problem = format_problem(state, path)
+  problem = resume_problem(state, path, expected)
   if problem:
-    return runs.Verdict("other", path, problem)
-  algorithms = [d["algorithm"] for d in expected]
-  if state.get("algorithms") != algorithms:
-    return runs.Verdict("other", path, f"checkpoint {path} is for algorithms "
-                        f"{state.get('algorithms')}, this run is on {algorithms}")
-  recorded = state.get("definitions") or []
-  # Written before the history policy was part of a definition: the label pinned it.
-  recorded = [dict(r, history=r.get("history", e.get("history")))
-              for r, e in zip(recorded, expected)]
-  diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
-  if diffs:
-    return runs.Verdict("other", path, f"checkpoint {path} was written with "
-                        + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "
-                        + ", ".join(f"{k}={b!r}" for k, _, b in diffs))
+    return runs.Verdict("other", path, problem[1])
   return runs.Verdict("resume", path, f"resumes from step {state.get('step')}")
