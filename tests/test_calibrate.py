@@ -299,11 +299,33 @@ def test_a_record_made_with_other_settings_is_refused(tmp_path, fake):
                           dict(SETTINGS))
 
 
+def test_one_calibration_shared_by_processes_each_with_its_seeds(tmp_path, fake):
+  """`only_seeds` (the CLI's --seed) trains those seeds' λ = 0 runs and writes no record;
+  the calibration of all its seeds then reads them back and trains only the rest."""
+  h = lambda_heuristic.LambdaHeuristic(seeds=(0, 1, 2))
+  assert calibrate.calibrate_algorithm("bfs", tmp_path, h, only_seeds=[2]) is None
+  assert fake.trained == [(2, 0.0)]
+  assert not lambda_heuristic.record_path(tmp_path, "schedule", "bfs").exists()
+  record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
+  assert [s for s, _ in fake.trained] == [2, 0, 1]
+  assert [e["seed"] for e in record["seeds"]] == [0, 1, 2]
+  one_process = calibrate.calibrate_algorithm("bfs", tmp_path / "other", h)
+  assert one_process["lambda"] == record["lambda"]  # as if calibrated in one process
+  assert calibrate.calibrate_algorithm("bfs", tmp_path, h, only_seeds=[1]) is None
+  assert len(fake.trained) == 6  # the record exists: nothing trained
+  with pytest.raises(lambda_heuristic.CalibrationError, match=r"seeds \[5\] are not "
+                     r"calibration seeds of bfs \(LambdaHeuristic.seeds = \[0, 1, 2\]\)"):
+    calibrate.calibrate_algorithm("bfs", tmp_path / "new", h, only_seeds=[1, 5])
+
+
 def test_cli_results_naming_a_file_is_a_clear_error(tmp_path, capsys):
   afile = tmp_path / "results.txt"
   afile.write_text("x")
   assert calibrate.main(["--show", "--results", str(afile)]) == 2
   assert "is a file, not a results folder" in capsys.readouterr().err
+  assert calibrate.main(["--gin", "gin/gforget.gin", "--algorithm", "bfs", "--seed", "7",
+                         "--results", str(tmp_path)]) == 2
+  assert "seeds [7] are not calibration seeds of bfs" in capsys.readouterr().err
 
 
 # -- the real thing, tiny: G-ForgetNet reads λ from the record -------------------------

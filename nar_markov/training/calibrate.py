@@ -9,6 +9,7 @@ resumable from its checkpoint, then the record.
 
 CLI:
   python -m nar_markov.training.calibrate --gin gin/gforget.gin --algorithm bfs --results R
+  python -m nar_markov.training.calibrate --gin gin/gforget.gin --algorithm bfs --results R --seed 2
   python -m nar_markov.training.calibrate --show --results R
 """
 
@@ -41,7 +42,8 @@ def log(msg: str) -> None:
 
 
 def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaHeuristic] = None,
-                        *, net=None, protocol=None) -> Dict[str, Any]:
+                        *, net=None, protocol=None,
+                        only_seeds: Optional[Sequence[int]] = None) -> Optional[Dict[str, Any]]:
   """Calibrates λ for `algorithm`: trains the heuristic's runs, writes and returns its record.
 
   The λ = 0 run of every calibration seed (and under the 'constant' reading the search
@@ -52,26 +54,38 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   checkpoint.  Under 'constant', the saved states of the trials no G-ForgetNet run can
   continue from are deleted once the record is written.
 
+  With `only_seeds`, only those calibration seeds' runs are trained and no record is
+  written: several processes (cores, Slurm tasks) can share one calibration, each with its
+  seeds, and the call without `only_seeds` then reads their finished runs back and writes
+  the record.
+
   Args:
     algorithm: a CLRS-30 name.
     results_dir: the results folder the runs and the record go under.
     heuristic: the λ heuristic; None: `LambdaHeuristic()` (gin's).
     net, protocol: the components; None: gin's.
+    only_seeds: train these of the heuristic's seeds only, write no record.
 
   Returns:
-    The record.  A valid record there with these settings is returned as it is, nothing
-    trained.
+    The record (None with `only_seeds`).  A valid record there with these settings is
+    returned as it is, nothing trained.
 
   Raises:
     CalibrationError: `results_dir` is a file; the record there is unusable or was made
       with other settings or another heuristic (never overwritten); a seed's λ = 0 run
       has a gate term G that is not > 0; a search trial there was trained with another λ
-      than the search asks for.
+      than the search asks for; `only_seeds` not among the heuristic's seeds.
     ValueError: what `experiment.run_experiment` raises for components, an algorithm or
       results that make no run.
   """
   h = heuristic or LambdaHeuristic()
   results_dir = check_results_dir(results_dir)
+  if only_seeds is not None:
+    strangers = sorted(set(int(k) for k in only_seeds) - set(h.seeds))
+    if strangers or not only_seeds:
+      raise CalibrationError(
+          f"seeds {strangers or list(only_seeds)} are not calibration seeds of {algorithm} "
+          f"(LambdaHeuristic.seeds = {list(h.seeds)})")
   c = components.unchecked(**{k: v for k, v in (("net", net), ("protocol", protocol))
                              if v is not None})
   net = dataclasses.replace(c["net"], history="gated")
@@ -86,7 +100,7 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
   if existing is not None:
     load_lambda(results_dir, algorithm, h, settings)  # raises if other settings
     log(f"{path} exists with these settings: λ = {existing['lambda']:.6g}")
-    return existing
+    return None if only_seeds is not None else existing
   step = h.calibration_step(schedule_steps)
   window = h.window_steps(schedule_steps)
   calibration = _Calibration(
@@ -97,6 +111,12 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
                                                schedule_steps=schedule_steps)))
   log(f"{algorithm}: {h.reading} reading, calibration step {step} of "
       f"{schedule_steps}, window {window} steps, seeds {list(h.seeds)}")
+  if only_seeds is not None:
+    for seed in only_seeds:
+      entry = calibration.seed_entry(int(seed))
+      log(f"{algorithm} seed {seed}: λ = 0 run done ({entry['run_dir']}); the record is "
+          "written by the calibration of all its seeds")
+    return None
   per_seed = [calibration.seed_entry(seed) for seed in h.seeds]
   record = _record(algorithm, h, schedule_steps, settings, per_seed)
   atomic_write_json(path, record)
@@ -214,16 +234,20 @@ def _remove_unused_trial_states(record: Dict[str, Any]) -> None:
 
 
 def calibrate_from_gin(gin_files: Sequence[str], gin_params: Sequence[str], *,
-                       algorithm: str, results_dir: str) -> str:
+                       algorithm: str, results_dir: str,
+                       only_seeds: Optional[Sequence[int]] = None) -> Optional[str]:
   """A sweep's calibration job: parses gin afresh, calibrates `algorithm`, returns the record path.
 
   The gin is `gin_files`, then `gin_params`; `calibrate_algorithm` under `results_dir`
-  with gin's heuristic and components.
+  with gin's heuristic and components (with `only_seeds`: those seeds' runs only, and
+  None returned).
   """
   from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
   config_lib.parse_gin(gin_files, gin_params)
   h = LambdaHeuristic()
-  record = calibrate_algorithm(algorithm, results_dir, h)
+  record = calibrate_algorithm(algorithm, results_dir, h, only_seeds=only_seeds)
+  if record is None:
+    return None
   return str(record_path(results_dir, h.reading, algorithm,
                          record["settings"].get("history_scope")))
 
@@ -243,6 +267,9 @@ def main(argv=None) -> int:
   parser.add_argument("--algorithm", action="append", default=[],
                       help="algorithm to calibrate (repeatable)")
   parser.add_argument("--results", default=runs.DEFAULT_RESULTS)
+  parser.add_argument("--seed", action="append", type=int, default=None, metavar="K",
+                      help="train only this calibration seed's runs, write no record "
+                           "(repeatable; a run without --seed reads them back)")
   parser.add_argument("--show", action="store_true", help="list the records and exit")
   quiet.add_flag(parser)
   args = parser.parse_args(argv)
@@ -255,8 +282,9 @@ def main(argv=None) -> int:
       parser.error("--gin and --algorithm are required (or --show)")
     for algorithm in args.algorithm:
       path = calibrate_from_gin(args.gin, args.gin_param, algorithm=algorithm,
-                                results_dir=str(results))
-      print(path)
+                                results_dir=str(results), only_seeds=args.seed)
+      if path is not None:
+        print(path)
   except CalibrationError as e:
     print(f"calibrate: error: {e}", file=sys.stderr)
     return 2
