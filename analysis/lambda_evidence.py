@@ -54,9 +54,10 @@ def records(results):
 
 def runs(results, model, algorithm):
   """The result.json of each seed folder of `<results>/<model>/<algorithm>/` that reads,
-  in the folders' sorted (string) order."""
-  return [r for r in (_read(p) for p in sorted(
-      pathlib.Path(results, model, algorithm).glob("seed*/result.json"))) if r]
+  in seed order (seed 2 before seed 10)."""
+  found = [r for r in (_read(p) for p in
+                       pathlib.Path(results, model, algorithm).glob("seed*/result.json")) if r]
+  return sorted(found, key=lambda r: int(r.get("seed", -1)))
 
 
 def _pct(x):
@@ -80,7 +81,7 @@ def report(results) -> str:
     for reading, model in (("schedule", "gforget"), ("constant", "gforget_constant")):
       rec = recs.get((reading, alg))
       res = runs(results, model, alg)
-      score = _pct(res[0]["test_score"]) if res else "—"
+      score = next((_pct(r["test_score"]) for r in res if r.get("seed") == 0), "—")
       if rec is None:
         lines.append(f"| {alg} | {reading} | — | — | — | — | {score} |")
         continue

@@ -8,6 +8,7 @@ from analysis import lambda_evidence
 def _result(path, score, norms):
   path.mkdir(parents=True)
   (path / "result.json").write_text(json.dumps({
+      "seed": int(path.name[len("seed"):]) if path.name.startswith("seed") else 0,
       "test_score": score, "curves": {"val": {"step": [0, 50, 100], "hidden_norm": norms}}}))
 
 
@@ -38,3 +39,17 @@ def test_report_and_figure(tmp_path):
   assert "| bfs | 90.00 | 95.00 | — |" in text
   assert (out / "bfs_gate_norm.png").stat().st_size > 1000
   assert lambda_evidence.main(["--results", str(tmp_path / "nope"), "--out", str(out)]) == 2
+
+
+def test_seed_zero_column_and_seed_order(tmp_path):
+  """The 'test (seed 0)' column is seed 0's run, not the first folder in string order, and
+  the scores list seeds numerically (seed 2 before seed 10)."""
+  for seed, score in ((10, 0.1), (2, 0.2)):
+    _result(tmp_path / "gforget" / "bfs" / f"seed{seed}", score, [0.5, 0.4, 0.01])
+  text = lambda_evidence.report(tmp_path)
+  assert "| bfs | schedule | — | — | — | — | — |" in text  # no seed 0: no score
+  assert "| bfs | — | 20.00, 10.00 | — |" in text
+  _result(tmp_path / "gforget" / "bfs" / "seed0", 0.3, [0.5, 0.4, 0.01])
+  text = lambda_evidence.report(tmp_path)
+  assert "| bfs | schedule | — | — | — | — | 30.00 |" in text
+  assert "| bfs | — | 30.00, 20.00, 10.00 | — |" in text
