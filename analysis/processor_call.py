@@ -1,5 +1,6 @@
-"""Which processor the paper's three models used: docs/design.md's rule ("Which processor"),
-applied to the committed full-protocol baseline runs.
+"""Which processor the paper's three models used, by docs/design.md's rule.
+
+The rule ("Which processor"), applied to the committed full-protocol baseline runs.
 
     python -m analysis.processor_call --results results/full_decisive \
         results/full_insertion_sort results/full_activity_selector results/processor \

@@ -1,5 +1,7 @@
-"""Does ForgetNet beat the baseline here, G-ForgetNet ForgetNet, and G-ForgetNet the
-baseline, as in the paper? One row per algorithm.
+"""The paper's claims called on our runs: F > B, G > F and G > B, one row per algorithm.
+
+Does ForgetNet beat the baseline here, G-ForgetNet ForgetNet, and G-ForgetNet the
+baseline, as in the paper?
 
     python -m analysis.verdict --results results/full_insertion_sort \
         results/full_activity_selector results/full_decisive --out results/verdict
