@@ -158,10 +158,10 @@ def calibration_report(results_dir) -> Tuple[List[str], List[str]]:
   Returns:
     (lines, none where there is neither record nor job; warnings of the scheduler).
   """
-  from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top  (no jax)
-  records = {str(lambda_heuristic.calibration_root(results_dir) / reading / f"{alg}.json"):
+  from nar_markov.config import calibration_records  # pylint: disable=g-import-not-at-top  (no jax)
+  records = {str(calibration_records.calibration_root(results_dir) / reading / f"{alg}.json"):
              (reading, alg, rec)
-             for (reading, alg), rec in lambda_heuristic.read_records(results_dir).items()}
+             for (reading, alg), rec in calibration_records.read_records(results_dir).items()}
   _, last = jobs.last_jobs(results_dir)
   states, warnings = jobs.states({p: j for p, j in last.items() if p not in records})
   if not records and not states:

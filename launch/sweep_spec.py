@@ -25,6 +25,7 @@ from launch import cluster
 from nar_markov.config import clrs30
 from nar_markov.config import components
 from nar_markov.config import gin_files as config_lib
+from nar_markov.config import calibration_records
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import runspec
 from nar_markov.store import runs as runs_lib
@@ -376,8 +377,8 @@ class Calibration:
 
   @property
   def record_path(self) -> pathlib.Path:
-    """The calibration record it writes (lambda_heuristic.record_path)."""
-    return lambda_heuristic.record_path(self.results_dir, self.reading, self.algorithm,
+    """The calibration record it writes (calibration_records.record_path)."""
+    return calibration_records.record_path(self.results_dir, self.reading, self.algorithm,
                                         self.scope)
 
   def job_call(self) -> Tuple[Job, Dict[str, Any]]:
@@ -415,14 +416,14 @@ def calibration_plan(runs: Sequence[Run]) -> Tuple[List[Calibration], Dict[str, 
     seen.add(run.algorithm)
     settings = runspec.record_settings(runspec.settings_of(run.algorithm, exp))
     scope = settings.get("history_scope")
-    path = lambda_heuristic.record_path(run.results_dir, heuristic.reading, run.algorithm,
+    path = calibration_records.record_path(run.results_dir, heuristic.reading, run.algorithm,
                                         scope)
     try:
-      if lambda_heuristic.read_record(path) is None:
+      if calibration_records.read_record(path) is None:
         todo.append(Calibration(run.algorithm, heuristic.reading, run.gin_files,
                                 run.gin_params, run.results_dir, scope))
         continue
-      lam, info = lambda_heuristic.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
+      lam, info = calibration_records.load_lambda(run.results_dir, run.algorithm, heuristic, settings)
       have[run.algorithm] = dict(info, **{"lambda": lam})
     except lambda_heuristic.CalibrationError as e:
       problems.append(str(e))

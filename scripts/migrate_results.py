@@ -16,7 +16,7 @@ Owns these rewrites of a run folder, each idempotent:
   resolve; nothing else of the file changes.
 * ``result.json``: ``lambda_calibration.record`` and ``.continued_from``, absolute paths
   of the machine that trained the run, become relative to the results folder the run
-  was trained into (lambda_heuristic.legacy_relpath) -- the only edit of a value.
+  was trained into (calibration_records.legacy_relpath) -- the only edit of a value.
   A result written before result.json recorded them gains, every other byte kept:
   ``selection`` (`recovered_selection`: each rule's step from ``curves.val``, a test score
   only where that step is the tested one), and ``commit``, ``dirty`` and ``provenance``
@@ -49,7 +49,7 @@ if __package__ in (None, ""):  # run by path: the repository root first, as benc
 
 from nar_markov.config import components
 from nar_markov.config import gin_files
-from nar_markov.config import lambda_heuristic
+from nar_markov.config import calibration_records
 from nar_markov.config.netconfig import NetConfig
 from nar_markov.store import runs
 from nar_markov.tools import replay
@@ -158,14 +158,14 @@ def migrate_result_paths(text: str) -> str:
     old = info.get(key)
     if not old or not pathlib.PurePosixPath(old).is_absolute():
       continue
-    new = lambda_heuristic.legacy_relpath(old)
+    new = calibration_records.legacy_relpath(old)
     pattern = f'"{key}": {json.dumps(old)}'
     if new == old or out.count(pattern) != 1:
       raise ValueError(f"cannot make lambda_calibration.{key} {old!r} relative")
     out = out.replace(pattern, f'"{key}": {json.dumps(new)}')
   if out != text:
     want = dict(result, lambda_calibration={
-        **info, **{k: lambda_heuristic.legacy_relpath(v) for k, v in info.items()
+        **info, **{k: calibration_records.legacy_relpath(v) for k, v in info.items()
                    if k in PATH_KEYS and v}})
     if json.loads(out) != want:
       raise ValueError("rewriting the paths would change more than the paths")

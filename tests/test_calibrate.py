@@ -10,6 +10,7 @@ import pytest
 
 from nar_markov.config import components
 from nar_markov.config import gin_files as config
+from nar_markov.config import calibration_records
 from nar_markov.config import lambda_heuristic
 from nar_markov.config import runspec
 from nar_markov.store import runs
@@ -195,9 +196,9 @@ def test_schedule_reading_makes_the_penalty_half_at_the_switch(tmp_path, fake):
   # By construction: the median seed's penalty is exactly half of its loss.
   assert record["seeds"][1]["share_at_switch"] == pytest.approx(0.5)
   assert (record["calibration_step"], record["window_steps"]) == (600, 50)
-  path = lambda_heuristic.record_path(tmp_path, "schedule", "bfs")
+  path = calibration_records.record_path(tmp_path, "schedule", "bfs")
   assert json.loads(path.read_text()) == record
-  lam, info = lambda_heuristic.load_lambda(tmp_path, "bfs", h, dict(SETTINGS))
+  lam, info = calibration_records.load_lambda(tmp_path, "bfs", h, dict(SETTINGS))
   assert lam == record["lambda"] and info["source"] == "calibration record"
   # A second call reads it back: nothing trained again.
   calibrate.calibrate_algorithm("bfs", tmp_path, h)
@@ -222,7 +223,7 @@ def test_constant_search_resumes_where_it_was_killed(tmp_path, fake, monkeypatch
   monkeypatch.setattr(experiment, "run_experiment", killed)
   with pytest.raises(RuntimeError, match="killed"):
     calibrate.calibrate_algorithm("bfs", tmp_path, h)
-  assert not lambda_heuristic.record_path(tmp_path, "constant", "bfs").exists()
+  assert not calibration_records.record_path(tmp_path, "constant", "bfs").exists()
   resumed = FakeTraining()
   monkeypatch.setattr(experiment, "run_experiment", resumed)
   record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
@@ -242,38 +243,38 @@ def test_continuation_names_the_state_step_and_lambda_of_the_prefix(tmp_path, re
   state.write_bytes(b"")
   lam, step = 0.25, 12
   entry = {"seed": 0, "lambda": lam, "final_state": str(state), "chosen_state": str(state)}
-  record = {"schema": lambda_heuristic.RECORD_SCHEMA, "algorithm": "insertion_sort",
+  record = {"schema": calibration_records.RECORD_SCHEMA, "algorithm": "insertion_sort",
             "reading": reading, "lambda": lam, "calibration_step": step, "settings": {},
             "seeds": [entry]}
   path = tmp_path / "record.json"
   path.write_text(json.dumps(record))
   info = {"record": str(path), "reading": reading, "calibration_step": step}
   start = step if reading == "schedule" else 0
-  got = lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start)
-  assert got == lambda_heuristic.Continuation(
+  got = calibration_records.continuation(info, 0, lam=lam, penalty_start=start)
+  assert got == calibration_records.Continuation(
       state, step, 0.0 if reading == "schedule" else lam)
-  assert lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=step - start) is None
-  assert lambda_heuristic.continuation(info, 1, lam=lam, penalty_start=start) is None
+  assert calibration_records.continuation(info, 0, lam=lam, penalty_start=step - start) is None
+  assert calibration_records.continuation(info, 1, lam=lam, penalty_start=start) is None
   if reading == "constant":  # another seed's λ is the median: its trial is not this run
     path.write_text(json.dumps(dict(record, seeds=[dict(entry, **{"lambda": 2 * lam})])))
-    assert lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start) is None
+    assert calibration_records.continuation(info, 0, lam=lam, penalty_start=start) is None
     path.write_text(json.dumps(record))
   state.unlink()
-  assert lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start) is None
+  assert calibration_records.continuation(info, 0, lam=lam, penalty_start=start) is None
   path.unlink()  # the record the run's λ came from, gone: one clear error, not a TypeError
   with pytest.raises(lambda_heuristic.CalibrationError, match="is gone"):
-    lambda_heuristic.continuation(info, 0, lam=lam, penalty_start=start)
+    calibration_records.continuation(info, 0, lam=lam, penalty_start=start)
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"schema": "other"}'])
 def test_a_corrupt_record_is_a_clear_error_and_is_not_overwritten(tmp_path, fake, content):
-  path = lambda_heuristic.record_path(tmp_path, "schedule", "bfs")
+  path = calibration_records.record_path(tmp_path, "schedule", "bfs")
   path.parent.mkdir(parents=True)
   path.write_text(content)
   with pytest.raises(lambda_heuristic.CalibrationError, match=str(path)):
     calibrate.calibrate_algorithm("bfs", tmp_path, lambda_heuristic.LambdaHeuristic())
   with pytest.raises(lambda_heuristic.CalibrationError, match="move it aside"):
-    lambda_heuristic.load_lambda(tmp_path, "bfs", lambda_heuristic.LambdaHeuristic(), dict(SETTINGS))
+    calibration_records.load_lambda(tmp_path, "bfs", lambda_heuristic.LambdaHeuristic(), dict(SETTINGS))
   assert path.read_text() == content and not fake.trained
 
 
@@ -293,9 +294,9 @@ def test_a_record_made_with_other_settings_is_refused(tmp_path, fake):
   h = lambda_heuristic.LambdaHeuristic(seeds=(0,))
   calibrate.calibrate_algorithm("bfs", tmp_path, h)
   with pytest.raises(lambda_heuristic.CalibrationError, match="hidden_size: record 128 vs run 64"):
-    lambda_heuristic.load_lambda(tmp_path, "bfs", h, dict(SETTINGS, hidden_size=64))
+    calibration_records.load_lambda(tmp_path, "bfs", h, dict(SETTINGS, hidden_size=64))
   with pytest.raises(lambda_heuristic.CalibrationError, match="calibration_seeds"):
-    lambda_heuristic.load_lambda(tmp_path, "bfs", lambda_heuristic.LambdaHeuristic(seeds=(0, 1)),
+    calibration_records.load_lambda(tmp_path, "bfs", lambda_heuristic.LambdaHeuristic(seeds=(0, 1)),
                           dict(SETTINGS))
 
 
@@ -305,7 +306,7 @@ def test_one_calibration_shared_by_processes_each_with_its_seeds(tmp_path, fake)
   h = lambda_heuristic.LambdaHeuristic(seeds=(0, 1, 2))
   assert calibrate.calibrate_algorithm("bfs", tmp_path, h, only_seeds=[2]) is None
   assert fake.trained == [(2, 0.0)]
-  assert not lambda_heuristic.record_path(tmp_path, "schedule", "bfs").exists()
+  assert not calibration_records.record_path(tmp_path, "schedule", "bfs").exists()
   record = calibrate.calibrate_algorithm("bfs", tmp_path, h)
   assert [s for s, _ in fake.trained] == [2, 0, 1]
   assert [e["seed"] for e in record["seeds"]] == [0, 1, 2]
@@ -358,7 +359,7 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
     assert not pathlib.Path(info[key]).is_absolute() and (tmp_path / info[key]).exists()
   # The calibration run's config.gin, parsed alone, gives that run (its own label, length
   # and λ over the sweep's gin): it replays from its folder.
-  base = lambda_heuristic.lambda0_results_dir(tmp_path) / "calibrate" / "insertion_sort" / "seed0"
+  base = calibration_records.lambda0_results_dir(tmp_path) / "calibrate" / "insertion_sort" / "seed0"
   assert replay.check_folder(base).model == "calibrate"
   tr = res["curves"]["train"]
   before = [p for s, p in zip(tr["step"], tr["gate_penalty"]) if s <= switch]
@@ -369,7 +370,7 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   config.parse_gin([], ["LambdaHeuristic.seeds = [0]",
                         "LambdaHeuristic.reuse_calibration_prefix = False"])
   other = tmp_path / "scratch"
-  rec_path = lambda_heuristic.record_path(other, "schedule", "insertion_sort")
+  rec_path = calibration_records.record_path(other, "schedule", "insertion_sort")
   rec_path.parent.mkdir(parents=True)
   rec_path.write_text(json.dumps(record))
   scratch = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(other), **kwargs)
@@ -385,7 +386,7 @@ def test_gforget_and_gforget_adaptive_continue_from_one_schedule_calibration(tmp
   arms, as its record (which keeps no penalty-strength setting) is theirs."""
   adaptive = "GatePenalty.adaptive_every_steps = 4"
   record, kwargs = _calibrated(tmp_path, bindings=[adaptive])
-  base = lambda_heuristic.lambda0_results_dir(tmp_path) / "calibrate" / "insertion_sort" / "seed0"
+  base = calibration_records.lambda0_results_dir(tmp_path) / "calibrate" / "insertion_sort" / "seed0"
   assert json.loads((base / "result.json").read_text())["settings"]["adaptive_every_steps"] == 4
   for label, bindings in (("gforget", []), ("gforget_adaptive", [adaptive])):
     config.parse_gin([], ["LambdaHeuristic.seeds = [0]", *bindings])
@@ -425,7 +426,7 @@ def test_constant_reading_end_to_end(tmp_path, cache):
   # From scratch (no reuse of the trial's state): the same run.
   config.parse_gin([], bindings + ["LambdaHeuristic.reuse_calibration_prefix = False"])
   other = tmp_path / "scratch"
-  rec_path = lambda_heuristic.record_path(other, "constant", "insertion_sort")
+  rec_path = calibration_records.record_path(other, "constant", "insertion_sort")
   rec_path.parent.mkdir(parents=True)
   rec_path.write_text(json.dumps(record))
   scratch = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(other),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nar_markov.config import components
-from nar_markov.config import lambda_heuristic
+from nar_markov.config import calibration_records
 from nar_markov.config.netconfig import NetConfig
 from nar_markov.config import runspec
 from nar_markov.store import runs
@@ -228,26 +228,26 @@ def test_a_smoke_result_is_not_done_for_a_full_split(tmp_path):
 
 
 def test_constant_reading_continues_only_with_the_records_constant_lambda(tmp_path):
-  record = {"schema": lambda_heuristic.RECORD_SCHEMA, "algorithm": "bfs", "lambda": 0.5,
+  record = {"schema": calibration_records.RECORD_SCHEMA, "algorithm": "bfs", "lambda": 0.5,
             "reading": "constant", "settings": {}, "calibration_step": 12,
             "seeds": [{"seed": 0, "lambda": 0.5, "chosen_state": str(tmp_path / "s.npz")}]}
   path = tmp_path / "rec.json"
-  lambda_heuristic.atomic_write_json(path, record)
+  calibration_records.atomic_write_json(path, record)
   (tmp_path / "s.npz").write_bytes(b"")
   info = {"reading": "constant", "calibration_step": 12, "record": str(path)}
-  go = lambda **kw: lambda_heuristic.continuation(info, 0, penalty_start=0, **kw)
+  go = lambda **kw: calibration_records.continuation(info, 0, penalty_start=0, **kw)
   assert go(lam=0.5) is not None
   assert go(lam=1.0) is None                       # lambda_scale 2
   assert go(lam=0.5, lambda_constant=False) is None  # a ramp or adaptation from step 0
 
 
 def test_records_and_lambda0_runs_are_kept_apart_per_scope(tmp_path):
-  default = lambda_heuristic.record_path(tmp_path, "schedule", "bfs")
-  scoped = lambda_heuristic.record_path(tmp_path, "schedule", "bfs", "processor_input")
+  default = calibration_records.record_path(tmp_path, "schedule", "bfs")
+  scoped = calibration_records.record_path(tmp_path, "schedule", "bfs", "processor_input")
   assert default == tmp_path / "_calibration" / "schedule" / "bfs.json"
   assert scoped != default and "processor_input" in str(scoped)
-  assert (lambda_heuristic.lambda0_results_dir(tmp_path, "processor")
-          != lambda_heuristic.lambda0_results_dir(tmp_path))
+  assert (calibration_records.lambda0_results_dir(tmp_path, "processor")
+          != calibration_records.lambda0_results_dir(tmp_path))
 
 
 def test_bad_penalty_options_are_one_clear_error():

@@ -12,7 +12,7 @@ import gin
 import pytest
 
 from nar_markov.config import gin_files as config
-from nar_markov.config import lambda_heuristic
+from nar_markov.config import calibration_records
 from nar_markov.training import calibrate
 from nar_markov.training import experiment
 from scripts import migrate_results
@@ -228,11 +228,11 @@ def test_only_the_paths_of_a_result_change():
 
 def test_recorded_paths_read_both_ways(tmp_path):
   path = tmp_path / "_calibration" / "schedule" / "bfs.json"
-  rel = lambda_heuristic.record_relpath(path, tmp_path)
+  rel = calibration_records.record_relpath(path, tmp_path)
   assert rel == "_calibration/schedule/bfs.json"
-  assert lambda_heuristic.resolve_recorded(rel, tmp_path) == path
-  assert lambda_heuristic.resolve_recorded(str(path), tmp_path / "other") == path
-  assert lambda_heuristic.record_relpath("/else/x.npz", tmp_path) == "/else/x.npz"
+  assert calibration_records.resolve_recorded(rel, tmp_path) == path
+  assert calibration_records.resolve_recorded(str(path), tmp_path / "other") == path
+  assert calibration_records.record_relpath("/else/x.npz", tmp_path) == "/else/x.npz"
 
 
 def test_config_gin_keeps_components_the_caller_gave():

@@ -21,6 +21,7 @@ import numpy as np
 
 from nar_markov.config import clrs30
 from nar_markov.config import components
+from nar_markov.config import calibration_records
 from nar_markov.config import lambda_heuristic
 from nar_markov.config.netconfig import NetConfig
 from nar_markov.store import runs
@@ -46,7 +47,7 @@ def resolve_lambda(penalty: Optional[components.GatePenalty], algorithm: str, *,
     (`LambdaHeuristic.penalty_start`: schedule, the calibration step; constant, 0; 0
     without "schedule_steps") and λ is the bound float, `algorithm`'s entry of a bound
     dict, or with lambda_gate None (gin/gforget.gin's default) the calibration record's
-    (`lambda_heuristic.load_lambda`).  λ is then multiplied by lambda_scale (the
+    (`calibration_records.load_lambda`).  λ is then multiplied by lambda_scale (the
     provenance then also has lambda_scale and lambda_unscaled).
 
   Raises:
@@ -79,7 +80,7 @@ def _resolve_unscaled(penalty: components.GatePenalty, algorithm: str, results_d
     if results_dir is None or settings is None:
       raise ValueError("GatePenalty.lambda_gate is None (read it from the calibration "
                        "record) but no results_dir/settings to find the record with")
-    lam, provenance = lambda_heuristic.load_lambda(results_dir, algorithm, h,
+    lam, provenance = calibration_records.load_lambda(results_dir, algorithm, h,
                                                    record_settings(settings))
     return _check_lambda(lam), start, {
         **provenance, **info, "reuse_calibration_prefix": h.reuse_calibration_prefix}
@@ -173,11 +174,11 @@ def run_settings(algorithm: str, protocol: components.Protocol, net: NetConfig,
 
 
 def record_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
-  """What a λ calibration record keeps of a run's settings (`lambda_heuristic.record_settings`).
+  """What a λ calibration record keeps of a run's settings (`calibration_records.record_settings`).
 
   All but "train_steps" and the penalty's strength once on (`PENALTY_SETTINGS`).
   """
-  return lambda_heuristic.record_settings(settings, exclude=PENALTY_SETTINGS)
+  return calibration_records.record_settings(settings, exclude=PENALTY_SETTINGS)
 
 
 def settings_of(algorithm: str, experiment: components.Experiment) -> Dict[str, Any]:
@@ -350,7 +351,7 @@ class Task:
 
     The settings are `record_settings`'s: trained at λ = 0, a calibration run was not
     touched by its penalty settings (GatePenalty's, as the sweep's gin bound them), and a
-    G-ForgetNet run that continues from it (`lambda_heuristic.continuation`) may have
+    G-ForgetNet run that continues from it (`calibration_records.continuation`) may have
     others (gforget and gforget_adaptive share one calibration).
     """
     settings = definition.get("settings") or {}

@@ -5,7 +5,7 @@ and data streams, which travel beside it.  On disk it is the dict `state_files.w
 stores (no pickle), format `state_files.CHECKPOINT_FORMAT`; `SeedState.from_state` also
 reads such dicts that lack the entries of λ adaptation and of the last-at-best selection.  A G-ForgetNet run whose λ
 comes from a calibration record starts from that calibration's saved state (`resume`;
-lambda_heuristic.continuation says which).  Imports no jax.
+calibration_records.continuation says which).  Imports no jax.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from nar_markov.config import lambda_heuristic
+from nar_markov.config import calibration_records
 from nar_markov.config import runspec
 from nar_markov.state.lambda_schedule import LambdaSchedule
 from nar_markov.state.selection import Selection
@@ -177,11 +177,11 @@ _ADVICE = {"format": _KEPT, "steps": _KEPT,
 
 
 def calibration_prefix(tasks: Sequence[runspec.Task], seed: int,
-                       results_dir) -> Optional[lambda_heuristic.Continuation]:
+                       results_dir) -> Optional[calibration_records.Continuation]:
   """The calibration run's saved state that this seed's training continues from, if any.
 
   Only a single-task job whose λ comes from a calibration record, with the heuristic's
-  reuse_calibration_prefix on, continues one; `lambda_heuristic.continuation` decides
+  reuse_calibration_prefix on, continues one; `calibration_records.continuation` decides
   whether and from which state.
 
   Args:
@@ -190,7 +190,7 @@ def calibration_prefix(tasks: Sequence[runspec.Task], seed: int,
     results_dir: the folder the job trains into (a relative record path lies under it).
 
   Returns:
-    The `lambda_heuristic.Continuation`, or None.
+    The `calibration_records.Continuation`, or None.
   """
   if len(tasks) != 1:
     return None
@@ -199,13 +199,13 @@ def calibration_prefix(tasks: Sequence[runspec.Task], seed: int,
   if (not info or info.get("source") != "calibration record"
       or not info.get("reuse_calibration_prefix")):
     return None
-  return lambda_heuristic.continuation(
+  return calibration_records.continuation(
       info, seed, lam=task.lam, penalty_start=task.penalty_start,
       lambda_constant=task.penalty is None or task.penalty.acts_from_start_only,
       results_dir=results_dir)
 
 
-def _from_prefix(prefix: lambda_heuristic.Continuation, task: runspec.Task,
+def _from_prefix(prefix: calibration_records.Continuation, task: runspec.Task,
                  expected: Mapping[str, Any], name: str) -> Dict[str, Any]:
   """The calibration run's state at `prefix`, checked to be this run's first steps."""
   state = load(prefix.state)

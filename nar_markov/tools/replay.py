@@ -111,6 +111,7 @@ def check_folder(folder) -> Plan:
       code, or gives another run.
   """
   from nar_markov.config import components  # pylint: disable=g-import-not-at-top
+  from nar_markov.config import calibration_records  # pylint: disable=g-import-not-at-top
   from nar_markov.config import lambda_heuristic  # pylint: disable=g-import-not-at-top
   from nar_markov.config import runspec  # pylint: disable=g-import-not-at-top
   folder = pathlib.Path(folder).absolute()
@@ -133,7 +134,7 @@ def check_folder(folder) -> Plan:
   record = None
   if runspec.needs_calibration(penalty):
     h = lambda_heuristic.LambdaHeuristic()
-    record = lambda_heuristic.record_path(root, h.reading, result["algorithm"],
+    record = calibration_records.record_path(root, h.reading, result["algorithm"],
                                           definition["settings"].get("history_scope"))
   return Plan(folder, result, root, definition, record)
 

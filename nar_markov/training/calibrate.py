@@ -30,10 +30,12 @@ from nar_markov.config import components
 from nar_markov.config import runspec
 from nar_markov.store import runs
 from nar_markov.training import experiment
+from nar_markov.config.calibration_records import (
+    RECORD_SCHEMA, atomic_write_json, check_results_dir, continuation_state, format_records,
+    lambda0_results_dir, load_lambda, read_record, record_heuristic, record_path,
+    trial_results_dir)
 from nar_markov.config.lambda_heuristic import (
-    RECORD_SCHEMA, CalibrationError, LambdaHeuristic, atomic_write_json,
-    check_results_dir, continuation_state, format_records, lambda0_results_dir, load_lambda,
-    measure, read_record, record_heuristic, record_path, search, share_with, trial_results_dir)
+    CalibrationError, LambdaHeuristic, measure, search, share_with)
 
 
 def log(msg: str) -> None:

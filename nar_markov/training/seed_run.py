@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import jax
 import numpy as np
 
-from nar_markov.config import lambda_heuristic
+from nar_markov.config import calibration_records
 from nar_markov.config import provenance
 from nar_markov.config import runspec
 from nar_markov.data import batching
@@ -320,9 +320,9 @@ def _lambda_calibration(run: SeedRun, task: runspec.Task) -> Optional[Dict[str, 
     return None
   info = dict(task.lambda_info)
   if info.get("record"):
-    info["record"] = lambda_heuristic.record_relpath(info["record"], run.results_dir)
+    info["record"] = calibration_records.record_relpath(info["record"], run.results_dir)
   if run.state.continued_from:
-    info["continued_from"] = lambda_heuristic.record_relpath(
+    info["continued_from"] = calibration_records.record_relpath(
         run.state.continued_from, run.results_dir)
   return info
 
