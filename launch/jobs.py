@@ -11,30 +11,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import getpass
 import hashlib
 import json
-import logging
 import os
 import pathlib
-import re
-import shutil
 import socket
 import stat
-import subprocess
 import sys
-from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
-from nar_markov import quiet
+from launch import job_logs
+from launch import slurm_queue
 from nar_markov.store import runs
 
 MANIFEST_DIR = "_sweeps"
 LOG_DIR = "_logs"
 MANIFEST_SCHEMA = "nar_markov.sweep/1"
-# Slurm states of a job that has not ended (sacct and squeue spell them alike).
-_NOT_ENDED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
-              "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED",
-              "RESV_DEL_HOLD", "SPECIAL_EXIT")
 
 
 def log_folder(results_dir) -> pathlib.Path:
@@ -301,193 +293,6 @@ def last_jobs(results_dir) -> Tuple[Dict[Tuple[str, str, int], dict], Dict[str, 
   return run_jobs, calib_jobs
 
 
-# -- asking the scheduler ----------------------------------------------------------------
-
-
-class SchedulerUnavailable(RuntimeError):
-  """Slurm cannot be asked: squeue is missing, fails or does not answer."""
-  pass
-
-
-def slurm_states(job_ids: Iterable[str]) -> Dict[str, str]:
-  """The Slurm state of each of `job_ids` that the scheduler still knows.
-
-  Asked of submitit's `Job.state` (one sacct call) where the cluster keeps accounting,
-  of squeue for the others.
-
-  Returns:
-    Job (array task) id -> Slurm state.
-
-  Raises:
-    SchedulerUnavailable: squeue is needed and fails.
-  """
-  ids = sorted({str(j) for j in job_ids if j})
-  found = {j: s for j, s in _accounted_states(ids).items() if s != "UNKNOWN"}
-  rest = [j for j in ids if j not in found]
-  return dict(found, **(_squeue_states(rest) if rest else {}))
-
-
-def _accounted_states(ids: Sequence[str]) -> Dict[str, str]:
-  """submitit's view (its Job.state: sacct); UNKNOWN for every job where the cluster
-  keeps no accounting."""
-  if not ids or shutil.which("sacct") is None:
-    return {}
-  import submitit  # pylint: disable=g-import-not-at-top
-  # The watcher behind submitit's Job.state, a fresh one: no state cached from an
-  # earlier question in this process.
-  watcher = submitit.slurm.slurm.SlurmInfoWatcher()
-  for j in ids:
-    watcher.register_job(j)
-  logger = logging.getLogger("submitit")
-  level = logger.level
-  # A cluster without accounting fails every sacct call (submitit warns, sacct says why
-  # on fd 2): squeue answers instead.
-  logger.setLevel(logging.ERROR)
-  try:
-    with quiet.filtered_stderr(drop=lambda line: True):
-      watcher.update()  # one sacct call for all
-  finally:
-    logger.setLevel(level)
-  return {j: watcher.get_state(j, mode="cache").split(" ")[0] for j in ids}
-
-
-def _squeue(args: Sequence[str]) -> List[List[str]]:
-  """squeue's lines, split at '|' (-r: one line per array task, also for pending tasks,
-  "12_[3-9]" otherwise); [] when every job asked for has aged out."""
-  if shutil.which("squeue") is None:
-    raise SchedulerUnavailable("squeue is not on PATH")
-  cmd = ["squeue", "-h", "-r"] + list(args)
-  try:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-  except subprocess.TimeoutExpired:
-    raise SchedulerUnavailable(f"{' '.join(cmd)} did not answer in 60 s") from None
-  if proc.returncode != 0:
-    # squeue exits 1 with "Invalid job id specified" when every id has aged out.
-    if "Invalid job id" in proc.stderr:
-      return []
-    why = " ".join(proc.stderr.split()) or f"exit code {proc.returncode}"
-    raise SchedulerUnavailable(f"squeue failed: {why}")
-  return [line.strip().split("|") for line in proc.stdout.splitlines() if "|" in line]
-
-
-def _squeue_states(ids: Sequence[str]) -> Dict[str, str]:
-  lines = _squeue(["-o", "%i|%T", "-j", ",".join(sorted({j.split("_")[0] for j in ids}))])
-  return {line[0]: line[1] for line in lines}
-
-
-def queued_by_tag(tags: Iterable[str]) -> Dict[Tuple[str, int], Tuple[str, str]]:
-  """This user's queued or running jobs whose comment is one of `tags` (`Manifest.tag`).
-
-  These are arrays a sweep submitted but did not live to record.
-
-  Returns:
-    (tag, task) -> (job id, Slurm state).
-
-  Raises:
-    SchedulerUnavailable: squeue fails.
-  """
-  tags = set(tags)
-  found = {}
-  for line in _squeue(["-u", getpass.getuser(), "-o", "%i|%T|%k"]):
-    if len(line) == 3 and line[2] in tags:
-      job_id, state, tag = line
-      task = job_id.partition("_")[2] or "0"  # an array of one is a plain job
-      if task.isdigit():
-        found[(tag, int(task))] = (job_id, state)
-  return found
-
-
-# -- why a job ended -----------------------------------------------------------------------
-
-# submitit's own log lines (submitit/core/submission.py) when a job ends.
-_SUBMITIT_SUCCESS = "Job completed successfully"
-_SUBMITIT_ERROR = "Submitted job triggered an exception"
-# slurmstepd's word on a killed job, e.g.
-#   slurmstepd-vm: error: *** JOB 13 ON vm CANCELLED AT 2026-11-21T12:19:01 DUE TO TIME LIMIT ***
-_SLURM_VERDICT = re.compile(r"slurmstepd\S*: error: (\*\*\* .* \*\*\*|.*oom.kill.*)", re.I)
-# Lines of a job's error log that follow an exception and are none of its message.
-_NOT_THE_MESSAGE = ("srun: ", "slurmstepd", "submitit ")
-# Less free space than this on a log's file system is a full disk, for the reader.
-_NEARLY_FULL_BYTES = 1 << 20
-
-
-def _log_tail(path: Optional[str], size: int = 65536) -> str:
-  if not path:
-    return ""
-  try:
-    with open(path, "rb") as f:
-      f.seek(max(0, os.path.getsize(path) - size))
-      return f.read().decode("utf-8", "replace")
-  except OSError:
-    return ""
-
-
-def exception_of(text: str) -> Optional[str]:
-  """'Type: message' of the last exception in `text` (a traceback, or a log that ends in one).
-
-  Without its frames, notes such as gin's "In call to configurable ...", what srun and
-  submitit print after it, and the exception's module.  None where `text` has no such
-  line.
-  """
-  start = text.rfind("Traceback (most recent call last):")
-  lines = text[start:].splitlines()[1:] if start >= 0 else text.splitlines()
-  said: List[str] = []
-  for line in lines:
-    if not line.strip() or line[:1].isspace() or line.startswith(_NOT_THE_MESSAGE):
-      if said:  # the message has ended
-        break
-      continue    # a frame
-    said.append(line.strip())
-  if not said:
-    return None
-  return re.sub(r"^(?:\w+\.)+(?=\w+(: |$))", "", " ".join(said))
-
-
-def why_it_ended(job: Mapping, slurm_state: Optional[str] = None) -> str:
-  """Why a job that left no result ended, in one line.
-
-  Its exception (from its own error log; a word on a full disk where the log ends before
-  naming it), else that it finished without a result, else Slurm's word on it in the
-  log, else the entry's recorded outcome, else `slurm_state`, else a guess.
-
-  Args:
-    job: its manifest entry (stderr: its error log; outcome, optional).
-    slurm_state: its Slurm state, where known.
-  """
-  text = _log_tail(job.get("stderr"))
-  if _SUBMITIT_ERROR in text:
-    return (exception_of(text.rsplit(_SUBMITIT_ERROR, 1)[1])
-            or "the job raised an exception; its log ends before naming it"
-            + _full_disk(job.get("stderr")))
-  if _SUBMITIT_SUCCESS in text:
-    return "the job finished but wrote no result"
-  verdicts = _SLURM_VERDICT.findall(text)
-  if verdicts:
-    return f"job ended without a result: {verdicts[-1].strip()}"
-  if job.get("outcome"):
-    return job["outcome"]
-  if slurm_state and slurm_state != "UNKNOWN":
-    return f"job ended without a result (Slurm: {slurm_state})"
-  return "job ended without a result (killed: time or memory limit, scancel, node failure?)"
-
-
-def _full_disk(path: Optional[str]) -> str:
-  """' (the disk of <path> is full: ...)' where its file system is (nearly) full now:
-  the likely reason a job's log was cut short; else ''."""
-  try:
-    free = shutil.disk_usage(os.path.dirname(path)).free
-  except (OSError, TypeError):
-    return ""
-  if free >= _NEARLY_FULL_BYTES:
-    return ""
-  return f" (the disk of {path} is full: {free} bytes free; No space left on device?)"
-
-
-def _log_says_it_ended(job: Mapping) -> bool:
-  text = _log_tail(job.get("stderr"))
-  return _SUBMITIT_ERROR in text or _SUBMITIT_SUCCESS in text
-
-
 # -- what is each job doing? -----------------------------------------------------------------
 
 
@@ -541,24 +346,24 @@ def states(entries: Mapping[Hashable, Mapping]) -> Tuple[Dict[Hashable, JobState
     elif job.get("cluster") == "local" and local_job_alive(job_id):
       out[key] = JobState("queued", f"local job {job_id} running", job_id, log)
     else:
-      out[key] = JobState("ended", why_it_ended(job), job_id, log)
+      out[key] = JobState("ended", job_logs.why_it_ended(job), job_id, log)
   warnings = _found_in_the_queue(tagged, out)
   if on_slurm:
     try:
-      queue: Optional[Dict[str, str]] = slurm_states(j["job_id"] for j in on_slurm.values())
+      queue: Optional[Dict[str, str]] = slurm_queue.slurm_states(j["job_id"] for j in on_slurm.values())
       unavailable = ""
-    except SchedulerUnavailable as e:
+    except slurm_queue.SchedulerUnavailable as e:
       queue, unavailable = None, str(e)
       warnings.append(f"cannot ask Slurm about {len(on_slurm)} job(s): {e}")
     for key, job in on_slurm.items():
       job_id, log = str(job["job_id"]), job.get("stderr")
       state = (queue or {}).get(job_id)
-      if state in _NOT_ENDED:
+      if state in slurm_queue.NOT_ENDED:
         out[key] = JobState("queued", f"job {job_id} {state.lower()}", job_id, log)
-      elif queue is None and not _log_says_it_ended(job):
+      elif queue is None and not job_logs.log_says_it_ended(job):
         out[key] = JobState("unknown", f"unknown: {unavailable}", job_id, log)
       else:
-        out[key] = JobState("ended", why_it_ended(job, state), job_id, log)
+        out[key] = JobState("ended", job_logs.why_it_ended(job, state), job_id, log)
   return out, warnings
 
 
@@ -576,8 +381,8 @@ def _found_in_the_queue(tagged: Mapping[Hashable, Mapping], out: Dict[Hashable, 
   if not tagged:
     return []
   try:
-    queue = queued_by_tag(j["submission"] for j in tagged.values())
-  except SchedulerUnavailable as e:
+    queue = slurm_queue.queued_by_tag(j["submission"] for j in tagged.values())
+  except slurm_queue.SchedulerUnavailable as e:
     for key in tagged:
       out[key] = JobState("unknown", f"unknown: {e}")
     return [f"cannot ask Slurm about {len(tagged)} job(s) a sweep submitted without "
@@ -592,23 +397,3 @@ def _found_in_the_queue(tagged: Mapping[Hashable, Mapping], out: Dict[Hashable, 
     out[key] = JobState("queued", f"job {job_id} {state.lower()} (found in the queue by its "
                         "comment: its sweep ended before recording it)", job_id, log)
   return []
-
-
-def summarize_exception(error: BaseException, log_path: Optional[str] = None) -> str:
-  """Why a job the sweep waited for failed, in one line.
-
-  Args:
-    error: what waiting for the job raised.
-    log_path: the job's error log, if any.
-
-  Returns:
-    Its exception from the log where it names one or Slurm's word on it
-    (`why_it_ended`; submitit's FailedJobError only quotes it), else `error`'s
-    'Type: message' (or its type's name).
-  """
-  text = _log_tail(log_path)
-  if _SUBMITIT_ERROR in text or _SLURM_VERDICT.search(text):
-    return why_it_ended({"stderr": log_path})
-  import traceback  # pylint: disable=g-import-not-at-top
-  return (exception_of("".join(traceback.format_exception_only(type(error), error)))
-          or type(error).__name__)

@@ -16,6 +16,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from launch import cluster
+from launch import job_logs
 from launch import jobs
 from launch import sweep_spec
 from launch.plan import Plan, UsageError
@@ -515,7 +516,7 @@ def _run_one(executor, call, record, name: str, manifest: jobs.Manifest, cluster
                       f"{name}: job {job.job_id} cancelled (a checkpoint resumes it); run "
                       "the same command again to go on") from None
   except Exception as e:  # pylint: disable=broad-except
-    why = jobs.summarize_exception(e, records[0]["stderr"])
+    why = job_logs.summarize_exception(e, records[0]["stderr"])
     said = f"failed: {why}"
     for r in records:
       r["outcome"] = why

@@ -21,6 +21,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 from conftest import read_only  # pylint: disable=wrong-import-position  (tests/ is on sys.path)
 from launch import cluster
+from launch import job_logs
 from launch import jobs as jobs_lib
 from launch import status as status_lib
 from launch import sweep
@@ -935,7 +936,7 @@ def test_a_job_log_cut_short_by_a_full_disk_says_so(tmp_path, monkeypatch):
   log.write_text("submitit ERROR (2026-01-01 00:00:00,000) - Submitted job triggered an "
                  "exception\nTraceback (most recent call last):\n  File \"x.py\", line 1\n")
   usage = collections.namedtuple("usage", "total used free")
-  monkeypatch.setattr(jobs_lib.shutil, "disk_usage", lambda _: usage(100, 100, 0))
+  monkeypatch.setattr(job_logs.shutil, "disk_usage", lambda _: usage(100, 100, 0))
   (s,) = status_lib.classify(results)[0]
   assert (s.state, s.detail) == ("failed", (
       "the job raised an exception; its log ends before naming it (the disk of "
