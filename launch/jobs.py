@@ -350,7 +350,8 @@ def states(entries: Mapping[Hashable, Mapping]) -> Tuple[Dict[Hashable, JobState
   warnings = _found_in_the_queue(tagged, out)
   if on_slurm:
     try:
-      queue: Optional[Dict[str, str]] = slurm_queue.slurm_states(j["job_id"] for j in on_slurm.values())
+      queue: Optional[Dict[str, str]] = slurm_queue.slurm_states(
+          j["job_id"] for j in on_slurm.values())
       unavailable = ""
     except slurm_queue.SchedulerUnavailable as e:
       queue, unavailable = None, str(e)

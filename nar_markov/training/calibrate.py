@@ -113,13 +113,12 @@ def calibrate_algorithm(algorithm: str, results_dir, heuristic: Optional[LambdaH
                                                schedule_steps=schedule_steps)))
   log(f"{algorithm}: {h.reading} reading, calibration step {step} of "
       f"{schedule_steps}, window {window} steps, seeds {list(h.seeds)}")
+  seeds = h.seeds if only_seeds is None else [int(k) for k in only_seeds]
+  per_seed = [calibration.seed_entry(seed) for seed in seeds]
   if only_seeds is not None:
-    for seed in only_seeds:
-      entry = calibration.seed_entry(int(seed))
-      log(f"{algorithm} seed {seed}: λ = 0 run done ({entry['run_dir']}); the record is "
-          "written by the calibration of all its seeds")
+    log(f"{algorithm}: the λ = 0 runs of seeds {seeds} are done; the calibration of all its "
+        "seeds writes the record")
     return None
-  per_seed = [calibration.seed_entry(seed) for seed in h.seeds]
   record = _record(algorithm, h, schedule_steps, settings, per_seed)
   atomic_write_json(path, record)
   log(f"wrote {path}: λ = {record['lambda']:.6g} (median over seeds {list(h.seeds)}), "
