@@ -12,7 +12,7 @@ compiled shape measured there before: a row stops where the budget ends, and wha
 measured so far (its log's last lines, a run's compilations) is kept.
 
 Rows:
-  backend  a `--cluster local` job (launch/submit.make_executor, submitit's
+  backend  a `--cluster local` job (launch/executors.make_executor, submitit's
            LocalExecutor): the CUDA_VISIBLE_DEVICES it sees and the backend JAX gives
            it, with slurm_resources.gpus_per_task None (the default) and 1 (the job's
            GPU check must pass; the sweep refuses where the machine shows no GPU).
@@ -160,7 +160,7 @@ def backend_probe(**kwargs) -> Dict[str, Any]:
 
 
 def row_backend(tiny: bool, work: str, **_) -> Dict[str, Any]:
-  from launch import submit  # pylint: disable=g-import-not-at-top
+  from launch import executors  # pylint: disable=g-import-not-at-top
   from launch import cluster  # pylint: disable=g-import-not-at-top
   from launch import sweep_spec  # pylint: disable=g-import-not-at-top
   out = {"visible_gpus": cluster.visible_gpus()}
@@ -171,7 +171,7 @@ def row_backend(tiny: bool, work: str, **_) -> Dict[str, Any]:
                   gin_params=[f"slurm_resources.gpus_per_task = {asked}"],
                   results_dir=str(results))
     try:
-      executor = submit.make_executor("local", results,
+      executor = executors.make_executor("local", results,
                                       cluster.SlurmResources(gpus_per_task=asked))
     except Exception as e:  # pylint: disable=broad-except  (the sweep's refusal)
       out[key] = {"refused_by_the_sweep": f"{type(e).__name__}: {e}"}

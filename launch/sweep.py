@@ -39,11 +39,13 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: `python launch/sweep.py`
   sys.path.insert(0, str(REPO_ROOT))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from launch import executors
 from launch import jobs
 from launch import plan as plan_lib
 from launch import status
 from launch import submit
 from nar_markov import quiet
+from nar_markov.store import archive
 from nar_markov.store import locks
 from nar_markov.store import runs
 from launch.plan import UsageError
@@ -233,15 +235,15 @@ def _prepare(plan: plan_lib.Plan, cluster_name: str, resources, argv):
   for r in plan.corrupt:
     view = plan.views[r.key]
     print(f"{r.name}: not done ({view.result.detail}); its result.json moved aside to "
-          f"{runs.move_aside(view.result.path)}")
+          f"{archive.move_aside(view.result.path)}")
   results_dir = plan.runs[0].results_dir
   for r in plan.other:
     # A multi-task job's checkpoint is not in the run folder; its seed's runs share it.
     for folder in dict.fromkeys([r.run_dir, r.checkpoint_folder]):
       if folder.exists():
         print(f"{r.name}: {plan.views[r.key].detail}; archived to "
-              f"{runs.archive_run(results_dir, folder)}")
-  executor = submit.make_executor(cluster_name, results_dir, resources)
+              f"{archive.archive_run(results_dir, folder)}")
+  executor = executors.make_executor(cluster_name, results_dir, resources)
   first = plan.runs[0]
   manifest = jobs.Manifest(results_dir, cluster_name, first.gin_files, first.gin_params, argv)
   manifest.plan(plan.todo, plan.calib_todo)

@@ -2,7 +2,7 @@
 asks for (CUDA_VISIBLE_DEVICES, as submitit's LocalExecutor sets it), a job that asked
 for a GPU and got the CPU stops at its start with one line, and the jobs of a sweep
 share JAX's compilation cache (launch/cluster.py, launch/sweep_spec.py,
-launch/submit.py)."""
+launch/executors.py)."""
 
 import os
 import pathlib
@@ -14,7 +14,7 @@ import gin
 import pytest
 
 from launch import cluster
-from launch import submit
+from launch import executors
 from launch import sweep_spec
 from launch.plan import UsageError
 from nar_markov.config import gin_files as config_lib
@@ -52,7 +52,7 @@ def fake_gpus(tmp_path, monkeypatch):
 
 def _local_job_sees(results, gpus_per_task):
   """CUDA_VISIBLE_DEVICES in a job of a `--cluster local` executor (None: unset)."""
-  executor = submit.make_executor("local", results,
+  executor = executors.make_executor("local", results,
                                   cluster.SlurmResources(gpus_per_task=gpus_per_task))
   return executor.submit(os.getenv, "CUDA_VISIBLE_DEVICES").result()
 
@@ -67,7 +67,7 @@ def test_a_local_job_sees_the_gpus_it_asks_for(tmp_path, fake_gpus, monkeypatch)
   monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")   # named by UUID
   assert _local_job_sees(tmp_path / "r", 1) == "GPU-aaaa"
   with pytest.raises(UsageError, match=r"gpus_per_task = 3 but this machine shows 2 GPU"):
-    submit.make_executor("local", tmp_path / "r", cluster.SlurmResources(gpus_per_task=3))
+    executors.make_executor("local", tmp_path / "r", cluster.SlurmResources(gpus_per_task=3))
 
 
 def test_a_machine_without_gpus_gives_its_local_jobs_none(tmp_path, fake_gpus, monkeypatch):
@@ -185,7 +185,7 @@ def test_the_sweep_makes_its_cache_private(tmp_path, monkeypatch):
   results = tmp_path / "results"
   (results / "_jax_cache").mkdir(parents=True, mode=0o777)
   os.chmod(results / "_jax_cache", 0o777)
-  submit.make_executor("debug", results, cluster.SlurmResources())
+  executors.make_executor("debug", results, cluster.SlurmResources())
   assert stat.S_IMODE((results / "_jax_cache").stat().st_mode) == 0o700
 
 

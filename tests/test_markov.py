@@ -202,7 +202,7 @@ def test_a_replay_measures_the_run_it_replays_and_nothing_else(tmp_path, data_ca
   """git keeps no params.npz: `--record-for RUN` measures RUN's replay and writes the record
   into RUN, naming the replay, which analysis.verdict then reads as RUN's; a replay that is
   not the run again to the bit (another test_score) is refused in one line, nothing written."""
-  from analysis import verdict
+  from analysis import markov_columns
 
   net = _net("gated", data_cache_dir)
   params = _params(net, data_cache_dir)
@@ -214,7 +214,7 @@ def test_a_replay_measures_the_run_it_replays_and_nothing_else(tmp_path, data_ca
   assert f"wrote {run_dir / runs.MARKOV_NAME}" in capsys.readouterr().out
   assert runs.read_markov(replay) is None
   run = json.loads((run_dir / runs.RESULT_NAME).read_text())
-  record = verdict.read_markov(run_dir, run)
+  record = markov_columns.read_markov(run_dir, run)
   assert record["parameters_from"]["replay"] == str(replay.resolve())
   assert record["reproduces_test_score"] and record["step"] == TESTED_STEP
 

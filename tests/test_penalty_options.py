@@ -9,7 +9,7 @@ from nar_markov.config import components
 from nar_markov.config import calibration_records
 from nar_markov.config.netconfig import NetConfig
 from nar_markov.config import runspec
-from nar_markov.store import runs
+from nar_markov.store import definitions
 
 import flat
 
@@ -189,7 +189,7 @@ def _definition(model, algorithms, protocol, net, penalty):
 @pytest.mark.parametrize("owner,field", [
     (owner, f.name) for owner, cls in _COMPONENTS.items() for f in dataclasses.fields(cls)])
 def test_a_change_of_every_field_is_seen_by_done_ness(owner, field):
-  """Done-ness compares a run's definition (runs.definition_mismatch): a change of each
+  """Done-ness compares a run's definition (definitions.definition_mismatch): a change of each
   field of the three components is seen in it, single- and multi-task -- found from the
   components themselves, so a field added to one is covered -- except the fields that
   change no number."""
@@ -203,7 +203,7 @@ def test_a_change_of_every_field_is_seen_by_done_ness(owner, field):
       continue  # multi-task penalties are on from step 0 (runspec.make_tasks)
     a, b = (_definition(model, algorithms, c["Protocol"], c["NetConfig"], c["GatePenalty"])
             for c in (base, changed))
-    seen = runs.definition_mismatch(a, b)
+    seen = definitions.definition_mismatch(a, b)
     if field in CHANGE_NO_NUMBER and not (field == "multitask_update" and
                                           model.endswith("_multitask")):
       assert not seen, (model, seen)

@@ -18,6 +18,7 @@ from nar_markov.training import experiment
 from scripts import migrate_results
 from nar_markov.config import components
 from nar_markov.config import provenance
+from nar_markov.store import definitions
 from nar_markov.store import runs
 from nar_markov.tools import replay
 
@@ -41,7 +42,7 @@ def test_committed_run_replays_from_its_folder(folder):
   plan = replay.check_folder(folder)
   result = json.loads((folder / runs.RESULT_NAME).read_text())
   assert plan.result == result
-  assert runs.definition_mismatch(result, {"settings": plan.definition["settings"]}) == []
+  assert definitions.definition_mismatch(result, {"settings": plan.definition["settings"]}) == []
   info = result.get("lambda_calibration") or {}
   assert migrate_results.absolute_paths(result) == {}
   if info.get("record"):

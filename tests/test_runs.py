@@ -30,6 +30,7 @@ from launch import sweep
 from nar_markov.config import gin_files as config
 from nar_markov.config import runspec
 from nar_markov.state import checkpoint
+from nar_markov.store import definitions
 from nar_markov.store import locks
 from nar_markov.store import runs
 from nar_markov.store import state_files
@@ -206,7 +207,7 @@ def test_a_result_from_before_decoder_input_is_a_dmclrs_run():
   assert "decoder_input" not in old["settings"]
   for value, diffs in (("dmclrs", []), ("processed", [("decoder_input", None, "processed")])):
     expected = {"settings": flat.settings("bfs", model="baseline", decoder_input=value)}
-    assert runs.definition_mismatch(old, expected) == diffs, value
+    assert definitions.definition_mismatch(old, expected) == diffs, value
 
 
 def test_status_without_gin_counts_a_result_only_in_its_own_folder(write_result, tmp_path,

@@ -650,9 +650,9 @@ def test_a_failed_jobs_reason_is_its_exception(tmp_path, data_cache_dir, capsys)
   assert "not starting a second training of the same run" in line
   # submitit's local controller makes its folder as named: no `%j` folder is left (beside
   # the controllers' own output).
-  from launch import submit  # pylint: disable=g-import-not-at-top
+  from launch import executors  # pylint: disable=g-import-not-at-top
   assert sorted(p.name for p in (results / "_logs").iterdir()
-                if p.name != submit.CONTROLLER_LOG) == [
+                if p.name != executors.CONTROLLER_LOG) == [
       line.split("(pid ")[1].split(",")[0]
       for line in proc.stdout.splitlines() if ": started (pid " in line]
 
@@ -1066,7 +1066,7 @@ def _wait_for(path: pathlib.Path, timeout_s: float = 120) -> int:
 def _local_job(tmp_path, monkeypatch, slow_fork: bool):
   """A real local job, started as the sweep starts one (through a shell, for the setup
   lines), running `mark_and_sleep`; (job, the marker its call writes, the fork marker)."""
-  from launch import submit  # pylint: disable=g-import-not-at-top
+  from launch import executors  # pylint: disable=g-import-not-at-top
   hooks = tmp_path / "hooks"
   hooks.mkdir()
   (hooks / "cancel_probe.py").write_text(_PROBE)
@@ -1082,18 +1082,18 @@ def _local_job(tmp_path, monkeypatch, slow_fork: bool):
   results.mkdir()
   resources = cluster.SlurmResources()
   assert resources.setup, "the default has setup lines: the job starts through a shell"
-  executor = submit.make_executor("local", results, resources)
+  executor = executors.make_executor("local", results, resources)
   marker = tmp_path / "running"
   return executor.submit(cancel_probe.mark_and_sleep, str(marker)), marker, forked
 
 
 def _cancel_and_check(job, call_pid):
-  from launch import submit  # pylint: disable=g-import-not-at-top
+  from launch import executors  # pylint: disable=g-import-not-at-top
   group = job._process.pid  # pylint: disable=protected-access
   try:
-    submit.cancel(job)
+    executors.cancel(job)
     assert not _alive(call_pid), "the process running the call is still running"
-    assert not submit._group_alive(group)  # pylint: disable=protected-access
+    assert not executors._group_alive(group)  # pylint: disable=protected-access
   finally:  # nothing left running when it fails
     for kill in (lambda: os.killpg(group, signal.SIGKILL), lambda: os.kill(call_pid, 9)):
       try:
@@ -1151,8 +1151,8 @@ def test_ctrl_c_of_a_local_sweep_is_one_line_and_leaves_no_job(tmp_path, data_ca
     assert "Traceback" not in err, err
     (said,) = [l for l in err.splitlines() if l.strip()]
     assert said.startswith("sweep.py: interrupted by SIGINT: [1/1] baseline/bfs/seed0: job "), said
-    from launch import submit  # pylint: disable=g-import-not-at-top
-    assert not submit._group_alive(job)  # pylint: disable=protected-access
+    from launch import executors  # pylint: disable=g-import-not-at-top
+    assert not executors._group_alive(job)  # pylint: disable=protected-access
   finally:
     for group in (proc.pid, job):
       try:

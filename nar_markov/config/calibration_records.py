@@ -18,6 +18,7 @@ import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from nar_markov.config.lambda_heuristic import READINGS, CalibrationError, LambdaHeuristic
+from nar_markov.store import definitions
 from nar_markov.store import runs
 
 RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
@@ -149,10 +150,10 @@ def settings_mismatch(record: Mapping[str, Any], settings: Mapping[str, Any]) ->
     record: the calibration record.
     settings: the run's settings as a record keeps them (`runspec.record_settings`); a
       "train_steps" among them is ignored.  Compared over the keys of both sides, a key
-      missing on one side as None (`runs.definition_mismatch`).
+      missing on one side as None (`definitions.definition_mismatch`).
   """
   return [f"{key}: record {theirs!r} vs run {ours!r}" for key, theirs, ours in
-          runs.definition_mismatch(record, {"settings": record_settings(settings)})]
+          definitions.definition_mismatch(record, {"settings": record_settings(settings)})]
 
 
 def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
@@ -190,7 +191,7 @@ def load_lambda(results_dir, algorithm: str, heuristic: LambdaHeuristic,
   problems = settings_mismatch(record, settings)
   expected = record_heuristic(heuristic, settings["schedule_steps"])
   for key, value in expected.items():
-    if runs.normalize(record.get(key)) != runs.normalize(value):
+    if definitions.normalize(record.get(key)) != definitions.normalize(value):
       problems.append(f"{key}: record {record.get(key)!r} vs run {value!r}")
   if problems:
     raise CalibrationError(f"calibration record {path} was made with other settings: "

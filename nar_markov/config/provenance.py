@@ -2,7 +2,7 @@
 
 Read once per process (`code_version`), with a short timeout, never failing: outside a
 git checkout, without git, or when git does not answer, both are None.  result.json
-records them ("commit", "dirty"); they define nothing (runs.definition_mismatch never
+records them ("commit", "dirty"); they define nothing (definitions.definition_mismatch never
 compares them).
 """
 

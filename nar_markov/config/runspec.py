@@ -24,7 +24,7 @@ from nar_markov.config import components
 from nar_markov.config import calibration_records
 from nar_markov.config import lambda_heuristic
 from nar_markov.config.netconfig import NetConfig
-from nar_markov.store import runs
+from nar_markov.store import definitions
 
 def resolve_lambda(penalty: Optional[components.GatePenalty], algorithm: str, *, results_dir=None,
                    heuristic: Optional[lambda_heuristic.LambdaHeuristic] = None,
@@ -159,7 +159,7 @@ def run_settings(algorithm: str, protocol: components.Protocol, net: NetConfig,
   for obj in (protocol, net, penalty if penalty is not None else components.GatePenalty(0.0)):
     for f in dataclasses.fields(obj):
       value = getattr(obj, f.name)
-      if f.name not in _NOT_DEFINING and (f.name in ALWAYS_RECORDED or not runs.same_value(
+      if f.name not in _NOT_DEFINING and (f.name in ALWAYS_RECORDED or not definitions.same_value(
           value, f.default)):
         out[f.name] = value
   if train_lengths is not None:
@@ -198,7 +198,7 @@ def run_definition(model: str, algorithm: str, settings: Mapping[str, Any],
                    lambda_info: Optional[Mapping[str, Any]], history: str) -> Dict[str, Any]:
   """What defines a run, without its seed.
 
-  Compared by `runs.check_result` (`runs.definition_mismatch`).  result.json holds each of
+  Compared by `runs.check_result` (`definitions.definition_mismatch`).  result.json holds each of
   its keys; checkpoints keep the dict (key "definition").  A G-ForgetNet run whose λ came
   from a calibration record is defined by the record's λ.
 

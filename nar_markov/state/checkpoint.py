@@ -18,7 +18,7 @@ from nar_markov.config import calibration_records
 from nar_markov.config import runspec
 from nar_markov.state.lambda_schedule import LambdaSchedule
 from nar_markov.state.selection import Selection
-from nar_markov.store import runs
+from nar_markov.store import archive
 from nar_markov.store import state_files
 from nar_markov.store import util
 
@@ -127,7 +127,7 @@ def load(path: pathlib.Path) -> Optional[Dict[str, Any]]:
 
   Returns:
     The dict; None where there is no file, or where it does not read (cut short by a kill):
-    then it is moved aside (`runs.move_aside`, kept), a warning is logged, and the run
+    then it is moved aside (`archive.move_aside`, kept), a warning is logged, and the run
     starts from step 0.
   """
   if not path.exists():
@@ -136,7 +136,7 @@ def load(path: pathlib.Path) -> Optional[Dict[str, Any]]:
     return state_files.read_state(path)
   except ValueError as e:  # a checkpoint cut short by a kill: start over, loudly
     util.log(f"WARNING: unreadable checkpoint {path} ({e}); moved aside to "
-             f"{runs.move_aside(path)}; starting from step 0")
+             f"{archive.move_aside(path)}; starting from step 0")
     return None
 
 

@@ -13,21 +13,21 @@ and the files that replay and re-score it read back (`run_file_problems`: ``conf
   missing           no result.json;
   corrupt           unreadable, not the schema, not a final status, a config.gin
                     missing or empty, or a params.npz cut short: result.json moved aside
-                    (`move_aside`, never deleted) and the run trained again;
+                    (`archive.move_aside`, never deleted) and the run trained again;
   other             a valid result made with another definition (without one: another
                     run's, by the model, algorithm and seed of its folder), or one without
                     a "settings" record, whose settings cannot be checked: never counted
-                    as done, never silently retrained -- the sweep refuses; `archive_run`
+                    as done, never silently retrained -- the sweep refuses; `archive.archive_run`
                     moves it away.
 
-Training-state files (checkpoints): nar_markov.store.state_files; the locks on run and results
-folders: nar_markov.store.locks.
+How a run's definition is compared: nar_markov.store.definitions; results moved away:
+nar_markov.store.archive; training-state files (checkpoints): nar_markov.store.state_files;
+the locks on run and results folders: nar_markov.store.locks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import math
 import os
@@ -41,6 +41,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from nar_markov.store import util
+from nar_markov.store import definitions
 
 # Where a user's runs go unless told otherwise (gitignored): results/ holds the committed
 # evidence, curated, and is no place for a new sweep's runs.
@@ -277,66 +278,6 @@ def write_result(folder, record: RunRecord) -> None:
                      json.dumps(util.jsonable(record.as_json()), indent=1).encode())
 
 
-# -- what defines a run ------------------------------------------------------------
-
-
-def normalize(value):
-  """A setting as compared: tuples and lists as lists (recursively), integral floats as ints."""
-  if isinstance(value, (list, tuple)):
-    return [normalize(v) for v in value]
-  if isinstance(value, float) and value.is_integer():
-    return int(value)
-  return value
-
-
-def same_value(a, b) -> bool:
-  """Whether two settings are equal as compared: after `normalize`, numbers to 1e-12, else ==.
-
-  Numbers are compared with a relative tolerance of 1e-12; bools are compared by ==.
-  """
-  a, b = normalize(a), normalize(b)
-  if (isinstance(a, (int, float)) and isinstance(b, (int, float))
-      and not isinstance(a, bool) and not isinstance(b, bool)):
-    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
-  return a == b
-
-
-def definition_mismatch(recorded: Mapping[str, Any], expected: Mapping[str, Any]
-                        ) -> List[Tuple[str, Any, Any]]:
-  """The defining values in which a recorded run differs from the definition expected of it.
-
-  Args:
-    recorded: the recorded run (a result.json, or a checkpoint's definition).
-    expected: the run's definition (``runspec.run_definition`` with the seed: model,
-      algorithm, history, seed, lambda_gate, lambda_reading, penalty_start_step, and
-      "settings").  Only its top-level keys are compared: one absent from it is not (the
-      sweep does not know λ before its algorithm is calibrated).  "settings" is compared
-      key by key over the keys of both sides; a key missing on one side is None there
-      (``runspec.run_settings`` records most settings only where they differ from their
-      defaults).
-
-  Returns:
-    (name, recorded value, expected value) for each value that differs (`same_value`).
-  """
-  out = []
-  for key, want in expected.items():
-    if key == "settings":
-      theirs = recorded.get("settings")
-      theirs = theirs if isinstance(theirs, Mapping) else {}
-      for k in list(want) + [k for k in theirs if k not in want]:
-        if not same_value(theirs.get(k), want.get(k)):
-          out.append((k, theirs.get(k), want.get(k)))
-    elif not same_value(recorded.get(key), want):
-      out.append((key, recorded.get(key), want))
-  return out
-
-
-def format_mismatch(diffs: Sequence[Tuple[str, Any, Any]], theirs: str = "result",
-                    ours: str = "this run") -> str:
-  """`definition_mismatch`'s diffs in one line: `<key>: <theirs> <a>, <ours> <b>; ...`."""
-  return "; ".join(f"{k}: {theirs} {a!r}, {ours} {b!r}" for k, a, b in diffs)
-
-
 # -- is a run done? ----------------------------------------------------------------
 
 
@@ -385,17 +326,18 @@ def check_result(run_folder, expected: Optional[Mapping[str, Any]] = None,
   if problems:
     return Verdict("corrupt", path, "; ".join(problems))
   if expected is None:
-    diffs = definition_mismatch(result, folder_run(run_folder))
+    diffs = definitions.definition_mismatch(result, folder_run(run_folder))
     if diffs:
       return Verdict("other", path, "the result of another run: "
-                     + format_mismatch(diffs, ours="its folder"), result)
+                     + definitions.format_mismatch(diffs, ours="its folder"), result)
   else:
     if not isinstance(result.get("settings"), dict):
       return Verdict("other", path, "no 'settings' record (written by an older version): "
                      "its settings cannot be checked", result)
-    diffs = definition_mismatch(result, expected)
+    diffs = definitions.definition_mismatch(result, expected)
     if diffs:
-      return Verdict("other", path, "made with other settings: " + format_mismatch(diffs),
+      return Verdict("other", path,
+                     "made with other settings: " + definitions.format_mismatch(diffs),
                      result)
   problems = run_file_problems(run_folder, result) if files else []
   if problems:
@@ -498,40 +440,6 @@ def refuse_other_settings(verdicts) -> None:
                      "overwritten): " + " | ".join(f"{v.path}: {v.detail}" for v in other)
                      + ". Use another results_dir, or move them aside "
                      "(launch/sweep.py --archive-mismatched)")
-
-
-def _stamp() -> str:
-  return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-
-
-def move_aside(path) -> pathlib.Path:
-  """Renames `path` (a corrupt result, or any file) to `<name>.corrupt-<timestamp>`, kept.
-
-  Returns:
-    The new path.
-  """
-  path = pathlib.Path(path)
-  target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
-  os.rename(path, target)
-  return target
-
-
-def archive_run(results_dir, run_folder) -> pathlib.Path:
-  """Moves a run folder to `<results_dir>/_archive/<timestamp>/`, under its relative path.
-
-  Args:
-    results_dir: the results folder; `run_folder` must lie under it.
-    run_folder: the run folder, e.g. `<results_dir>/<model>/<algorithm>/seed<k>`.
-
-  Returns:
-    The folder's new path.
-  """
-  run_folder = pathlib.Path(run_folder)
-  rel = run_folder.resolve().relative_to(pathlib.Path(results_dir).resolve())
-  target = pathlib.Path(results_dir) / ARCHIVE_DIR / _stamp() / rel
-  target.parent.mkdir(parents=True, exist_ok=True)
-  os.rename(run_folder, target)
-  return target
 
 
 def check_results_folder(results_dir) -> pathlib.Path:

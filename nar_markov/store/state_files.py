@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from nar_markov.store import definitions
 from nar_markov.store import runs
 
 # The format tag in every state file's JSON entry.
@@ -144,7 +145,7 @@ def resume_problem(state: Mapping[str, Any], path,
   # Written before the history policy was part of a definition: the label pinned it.
   recorded = [dict(r, history=r.get("history", e.get("history")))
               for r, e in zip(recorded, expected)]
-  diffs = [d for r, e in zip(recorded, expected) for d in runs.definition_mismatch(r, e)]
+  diffs = [d for r, e in zip(recorded, expected) for d in definitions.definition_mismatch(r, e)]
   if diffs:
     return "definitions", (f"checkpoint {path} was written with "
                            + ", ".join(f"{k}={a!r}" for k, a, _ in diffs) + "; this run has "

@@ -28,6 +28,7 @@ from nar_markov.data import train_stream
 from nar_markov.data import validation_pool
 from nar_markov.nets import learner
 from nar_markov.nets import model as model_lib
+from nar_markov.store import archive
 from nar_markov.store import locks as locks_lib
 from nar_markov.store import runs
 from nar_markov.store import util
@@ -102,7 +103,7 @@ def run(resolved: runspec.Resolved) -> Any:
           raise ValueError(f"{v.path}: {v.detail}; not retrained, not overwritten")
         if v.state == "corrupt":
           util.log(f"WARNING: {v.path} is corrupt ({v.detail}); moved aside to "
-                   f"{runs.move_aside(v.path)}; training the run again")
+                   f"{archive.move_aside(v.path)}; training the run again")
       todo.append(s)
     if todo:
       job = _make_job(resolved)
