@@ -20,6 +20,8 @@ def _finite_or_none(x):
 
 
 def jsonable(obj):
+  """`obj` as JSON can hold it: dict keys as str, tuples and arrays as lists, numpy scalars
+  as Python numbers, a non-finite float as None (JSON has no NaN)."""
   if isinstance(obj, dict):
     return {str(k): jsonable(v) for k, v in obj.items()}
   if isinstance(obj, (list, tuple)):
@@ -34,6 +36,8 @@ def jsonable(obj):
 
 
 def package_versions() -> Dict[str, str]:
+  """The installed versions of python and the packages a result depends on, by short name
+  ("not installed" for one that is not), as result.json records them."""
   versions = {"python": platform.python_version()}
   for key, dist in [("jax", "jax"), ("jaxlib", "jaxlib"), ("haiku", "dm-haiku"),
                     ("optax", "optax"), ("clrs", "dm-clrs"), ("gin", "gin-config"),
@@ -46,4 +50,5 @@ def package_versions() -> Dict[str, str]:
 
 
 def log(msg: str) -> None:
+  """One line of progress on stderr, prefixed "[nar_markov]", flushed."""
   print(f"[nar_markov] {msg}", file=sys.stderr, flush=True)

@@ -197,6 +197,8 @@ class _Job:
 
   # The loop's cadence, the same for every seed of the job.
   def flush_due(self, step: int, stop_at: int) -> bool:
+    """Whether the losses since the last flush are read back at `step`: a log, validation or
+    checkpoint step, or the step the loop stops at."""
     return (step % self.protocol.log_every_steps == 0 or step == stop_at
             or step % self.protocol.eval_every_steps == 0
             or step % self.protocol.checkpoint_every_steps == 0)
@@ -210,6 +212,8 @@ class _Job:
             or step == self.protocol.train_steps == self.protocol.horizon)
 
   def checkpoint_due(self, step: int) -> bool:
+    """Whether the training state is saved at `step`: on the checkpoint cadence, except at the
+    run's last step."""
     return step % self.protocol.checkpoint_every_steps == 0 and step < self.protocol.train_steps
 
   def train_step(self, run: "seed_run.SeedRun", params, opt_state, feedbacks):
