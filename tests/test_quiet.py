@@ -30,18 +30,21 @@ def _run(args, tmp_path):
     ["launch/sweep.py", "--status", "--results", str(ANALYSIS_RESULTS)],
     ["-m", "nar_markov.data.pipeline", "--algorithm", "bfs", "--split", "train"],
     ["-m", "nar_markov.training.calibrate", "--help"],
+    ["-m", "nar_markov.probes.evaluate", "{tmp}/no_such_run"],
+    ["-m", "nar_markov.tools.replay", "--help"],
     ["benchmarks/bench.py", "--algorithms", "no_such_algorithm"],
     ["benchmarks/bench_seeds.py", "--algorithm", "no_such_algorithm"],
     ["analysis/make_tables.py", "--results", str(ANALYSIS_RESULTS),
      "--out", "{tmp}/tables"],
-], ids=["sweep-dry-run", "sweep-status", "data", "calibrate", "bench", "bench_seeds",
-        "make_tables"])
+], ids=["sweep-dry-run", "sweep-status", "data", "calibrate", "evaluate", "replay", "bench",
+        "bench_seeds", "make_tables"])
 def test_entry_points_print_no_start_up_banners(args, tmp_path):
   args = [a.format(tmp=tmp_path) for a in args]
   proc = _run(args, tmp_path)
   out = proc.stdout + proc.stderr
   assert "Traceback" not in out, out
-  assert proc.returncode == (2 if "no_such_algorithm" in args else 0), out
+  refused = any("no_such" in a for a in args)  # a one-line error, exit 2
+  assert proc.returncode == (2 if refused else 0), out
   assert out.strip(), "the command printed nothing at all"
   for noise in NOISE:
     assert noise not in out, out

@@ -58,6 +58,10 @@ import pathlib
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+if __name__ == "__main__":  # before clrs imports tensorflow: no start-up banners
+  from nar_markov import quiet  # pylint: disable=g-import-not-at-top
+  quiet.setup()
+
 import clrs
 
 from nar_markov.config import clrs30
