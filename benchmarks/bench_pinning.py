@@ -47,7 +47,8 @@ def worker(gin_files: Sequence[str], gin_params: Sequence[str], algorithm: str,
   from nar_markov.config import gin_files as config_lib  # pylint: disable=g-import-not-at-top
   from nar_markov.training import experiment  # pylint: disable=g-import-not-at-top
   config_lib.parse_gin(gin_files, gin_params)
-  result = experiment.run_experiment(algorithm=algorithm, seed=seed, results_dir=results_dir)
+  result = experiment.run_experiment(algorithm=algorithm, seed=seed,
+                                     results_dir=results_dir)[algorithm][seed]
   print(json.dumps({"train_time_s": result["train_time_s"],
                     "eval_time_s": result["eval_time_s"], "steps": result["steps"]}))
 

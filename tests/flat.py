@@ -32,11 +32,19 @@ def components(**flat) -> Dict[str, Any]:
 
 
 def run(stop_after_steps=None, **flat):
-  """experiment.run_experiment with flat keywords; `stop_after_steps`: the loop stops
-  (as if killed) after that many steps, leaving its checkpoint and no result."""
+  """experiment.run_experiment with flat keywords: {algorithm: {seed: result}}.
+  `stop_after_steps`: the loop stops (as if killed) after that many steps, leaving its
+  checkpoint and no result."""
   with (contextlib.nullcontext() if stop_after_steps is None
         else stopped_after(stop_after_steps)):
     return experiment.run_experiment(**components(**flat))
+
+
+def run_one(**flat):
+  """`run` of one algorithm for one seed: that run's result."""
+  (by_seed,) = run(**flat).values()
+  (result,) = by_seed.values()
+  return result
 
 
 def stopped_after(steps: int):

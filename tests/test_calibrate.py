@@ -136,7 +136,8 @@ def test_search_bisects_when_the_secant_step_would_leave_the_bracket():
 class FakeTraining:
   """experiment.run_experiment's contract for calibrate.py, without a net: the
   penalty's share over the window is a logistic function of λ, result.json
-  is written in the run folder and read back when it exists."""
+  is written in the run folder and read back when it exists; returned as
+  run_experiment returns it, {algorithm: {seed: result}}."""
 
   def __init__(self, fail_at_call=None):
     self.trained = []
@@ -150,7 +151,7 @@ class FakeTraining:
     out = runs.run_dir(results_dir, model, algorithm, seed)
     path = out / runs.RESULT_NAME
     if path.exists():
-      return json.loads(path.read_text())
+      return {algorithm: {seed: json.loads(path.read_text())}}
     if self.fail_at_call is not None and len(self.trained) == self.fail_at_call:
       raise RuntimeError("killed")
     self.trained.append((seed, lambda_gate))
@@ -167,7 +168,7 @@ class FakeTraining:
     path.write_text(json.dumps(result))
     if save_final_state:
       (out / runs.FINAL_STATE_NAME).write_bytes(b"state")
-    return result
+    return {algorithm: {seed: result}}
 
 
 SETTINGS = dict(algorithm="bfs", train_steps=1000, batch_size=32, hidden_size=128,
@@ -347,7 +348,7 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   """No penalty before the switch, then λ from the record; continuing from the
   λ = 0 calibration run is the same training as starting from scratch."""
   record, kwargs = _calibrated(tmp_path)
-  res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path), **kwargs)
+  res = flat.run_one(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path), **kwargs)
   switch = record["calibration_step"]
   assert switch == 12 and res["penalty_start_step"] == switch
   assert res["lambda_gate"] == record["lambda"] > 0
@@ -373,7 +374,7 @@ def test_schedule_reading_end_to_end(tmp_path, cache):
   rec_path = calibration_records.record_path(other, "schedule", "insertion_sort")
   rec_path.parent.mkdir(parents=True)
   rec_path.write_text(json.dumps(record))
-  scratch = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(other), **kwargs)
+  scratch = flat.run_one(algorithm="insertion_sort", seed=0, results_dir=str(other), **kwargs)
   assert "continued_from" not in scratch["lambda_calibration"]
   np.testing.assert_allclose(scratch["curves"]["train"]["loss"], tr["loss"], rtol=1e-5)
   assert scratch["test_score"] == pytest.approx(res["test_score"], abs=1e-6)
@@ -390,9 +391,9 @@ def test_gforget_and_gforget_adaptive_continue_from_one_schedule_calibration(tmp
   assert json.loads((base / "result.json").read_text())["settings"]["adaptive_every_steps"] == 4
   for label, bindings in (("gforget", []), ("gforget_adaptive", [adaptive])):
     config.parse_gin([], ["LambdaHeuristic.seeds = [0]", *bindings])
-    res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
-                   **dict(kwargs, model=label, history="gated",
-                          penalty=components.GatePenalty(None)))
+    res = flat.run_one(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
+                       **dict(kwargs, model=label, history="gated",
+                       penalty=components.GatePenalty(None)))
     assert res["lambda_calibration"]["continued_from"].endswith(runs.FINAL_STATE_NAME)
     assert res["settings"].get("adaptive_every_steps") == (4 if bindings else None)
     assert bool(res.get("lambda_updates")) == bool(bindings)
@@ -410,8 +411,8 @@ def test_constant_reading_end_to_end(tmp_path, cache):
   for t in seed["trials"]:
     assert pathlib.Path(t["run_dir"], runs.RESULT_NAME).exists()
   config.parse_gin([], bindings)
-  res = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
-                 **dict(kwargs, model="gforget_constant"))
+  res = flat.run_one(algorithm="insertion_sort", seed=0, results_dir=str(tmp_path),
+                     **dict(kwargs, model="gforget_constant"))
   assert res["penalty_start_step"] == 0 and res["lambda_gate"] == record["lambda"]
   assert res["lambda_calibration"]["reading"] == "constant"
   assert all(p > 0 for p in res["curves"]["train"]["gate_penalty"])
@@ -429,8 +430,8 @@ def test_constant_reading_end_to_end(tmp_path, cache):
   rec_path = calibration_records.record_path(other, "constant", "insertion_sort")
   rec_path.parent.mkdir(parents=True)
   rec_path.write_text(json.dumps(record))
-  scratch = flat.run(algorithm="insertion_sort", seed=0, results_dir=str(other),
-                     **dict(kwargs, model="gforget_constant"))
+  scratch = flat.run_one(algorithm="insertion_sort", seed=0, results_dir=str(other),
+                         **dict(kwargs, model="gforget_constant"))
   assert "continued_from" not in scratch["lambda_calibration"]
   np.testing.assert_allclose(scratch["curves"]["train"]["loss"],
                              res["curves"]["train"]["loss"], rtol=1e-5)

@@ -169,7 +169,7 @@ def test_a_trained_runs_kept_parameters_reproduce_its_test_score(tmp_path):
   run's own test_score: the kept model is the tested one."""
   from nar_markov.probes import evaluate
 
-  result = flat.run(
+  result = flat.run_one(
       algorithm=ALGORITHM, seed=0, model="gforget", results_dir=str(tmp_path),
       train_steps=20, hidden_size=16, nb_triplet_fts=4, batch_size=8, train_lengths=(4, 7),
       eval_every_steps=10, log_every_steps=5, checkpoint_every_steps=100,

@@ -80,7 +80,14 @@ def train_run(name: str, results_dir: pathlib.Path):
     c = flat.components(**kwargs)
     calibrate.calibrate_algorithm(kwargs["algorithm"], results_dir, net=c["net"],
                                   protocol=c["protocol"])
-  return flat.run(results_dir=str(results_dir), **kwargs)
+  results = flat.run(results_dir=str(results_dir), **kwargs)
+  # The golden's shape: one run's result; {algorithm: result} (multi-task, one seed);
+  # [result of each seed] (K seeds, one algorithm).
+  if isinstance(kwargs["algorithm"], list):
+    return {a: by_seed[kwargs["seed"]] for a, by_seed in results.items()}
+  (by_seed,) = results.values()
+  seeds = kwargs["seed"]
+  return [by_seed[s] for s in seeds] if isinstance(seeds, list) else by_seed[seeds]
 
 
 def comparable(result, results_dir) -> dict:

@@ -157,10 +157,10 @@ def test_a_forgetnet_run_is_unchanged_by_zeroing(tmp_path, capsys):
   """A trained ForgetNet run, measured from its folder: by construction the same score and
   every prediction the same, gate norm 0; the record (markov.json) says so and that the score
   is the run's recorded test_score."""
-  result = flat.run(algorithm=ALGORITHM, seed=0, model="forget", results_dir=str(tmp_path),
-                    train_steps=4, hidden_size=8, nb_triplet_fts=4, batch_size=4,
-                    train_lengths=(4,), eval_every_steps=2, log_every_steps=2,
-                    checkpoint_every_steps=100, val_max_samples=8, test_max_samples=SAMPLES)
+  result = flat.run_one(algorithm=ALGORITHM, seed=0, model="forget", results_dir=str(tmp_path),
+                        train_steps=4, hidden_size=8, nb_triplet_fts=4, batch_size=4,
+                        train_lengths=(4,), eval_every_steps=2, log_every_steps=2,
+                        checkpoint_every_steps=100, val_max_samples=8, test_max_samples=SAMPLES)
   run_dir = runs.run_dir(tmp_path, "forget", ALGORITHM, 0)
   assert evaluate.main([str(run_dir), "--markov", "--max-samples", str(SAMPLES)]) == 0
   assert f"wrote {run_dir / runs.MARKOV_NAME}" in capsys.readouterr().out

@@ -64,7 +64,7 @@ def separate(tmp_path_factory, data_cache_dir):
     root = tmp_path_factory.mktemp("separate")
     gin.clear_config()
     with conftest.reused_learners():
-      return {s: flat.run(algorithm=ALG, seed=s, results_dir=str(root), **TINY)
+      return {s: flat.run_one(algorithm=ALG, seed=s, results_dir=str(root), **TINY)
               for s in SEEDS}
   finally:
     if old is None:
@@ -162,8 +162,8 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   same results; a seed already done is skipped, not retrained.  (6: a log
   and eval step, so the curves have the windows of an uninterrupted run.)"""
   first = flat.run(algorithm=ALG, seed=[1, 2], results_dir=str(tmp_path),
-                               stop_after_steps=6, **TINY)
-  assert first == [{"status": "interrupted", "steps": 6}] * 2
+                   stop_after_steps=6, **TINY)
+  assert first == {ALG: {s: {"status": "interrupted", "steps": 6} for s in (1, 2)}}
   for s in (1, 2):
     assert state_files.read_state(runs_lib.run_dir(tmp_path, MODEL, ALG, s)
                                   / "checkpoint.npz")["step"] == 6
@@ -175,20 +175,19 @@ def test_k_seed_resume_and_skip(tmp_path, separate):
   (d0 / "result.json").write_text(json.dumps(done))
   conftest.write_run_files(d0)  # done: replayable and re-scorable (nar_markov.store.runs)
   results = flat.run(algorithm=ALG, seed=[0, 1, 2], results_dir=str(tmp_path),
-                                 **TINY)
-  assert results[0] == done
-  for s, got in zip((1, 2), results[1:]):
-    assert_same_result(got, separate[s])
+                     **TINY)[ALG]
+  assert list(results) == [0, 1, 2] and results[0] == done
+  for s in (1, 2):
+    assert_same_result(results[s], separate[s])
 
 
 @pytest.mark.usefixtures("reuse_learners")
 def test_checkpoints_at_different_steps_train_group_by_group(tmp_path, separate):
   # Seed 2 ran alone for 3 steps; seeds 0 and 1 have not started.
-  flat.run(algorithm=ALG, seed=2, results_dir=str(tmp_path),
-                       stop_after_steps=3, **TINY)
-  results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
-                                 **TINY)
-  for s, got in zip(SEEDS, results):
+  flat.run(algorithm=ALG, seed=2, results_dir=str(tmp_path), stop_after_steps=3, **TINY)
+  results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path), **TINY)[ALG]
+  assert list(results) == SEEDS
+  for s, got in results.items():
     assert_same_result(got, separate[s])
 
 
@@ -204,8 +203,7 @@ def test_a_diverged_seed_ends_alone(tmp_path, separate, monkeypatch):
     return params, opt_state
 
   monkeypatch.setattr(learner.Learner, "init_state", init_state)
-  results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path),
-                                 **TINY)
+  results = flat.run(algorithm=ALG, seed=SEEDS, results_dir=str(tmp_path), **TINY)[ALG]
   assert results[1]["status"] == "diverged"
   assert results[1]["diverged_step"] == 1 and results[1]["steps"] == 1
   assert results[1]["test_score"] is not None  # tested on its best (step 0) parameters

@@ -78,6 +78,12 @@ def _adam_count(opt_leaves):
   return adam
 
 
+def _seed_1(results):
+  """{algorithm: result} of TINY's seed (1), from run_experiment's {algorithm: {seed: result}}."""
+  assert all(list(by_seed) == [1] for by_seed in results.values()), results
+  return {a: by_seed[1] for a, by_seed in results.items()}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_cache_dir):
   """Run a: stopped at step 10, then resumed to the end; run b: in one go."""
@@ -85,10 +91,10 @@ def runs(tmp_path_factory, data_cache_dir):
   ckpt = _job_ckpt(a, "gforget_multitask", 1)
   with pytest.MonkeyPatch.context() as mp, conftest.reused_learners():
     mp.setenv("NAR_MARKOV_CACHE", str(data_cache_dir))
-    stopped = flat.run(results_dir=str(a), stop_after_steps=10, **TINY)
+    stopped = _seed_1(flat.run(results_dir=str(a), stop_after_steps=10, **TINY))
     at_10 = _load(ckpt)
-    results_a = flat.run(results_dir=str(a), **TINY)
-    results_b = flat.run(results_dir=str(b), **TINY)
+    results_a = _seed_1(flat.run(results_dir=str(a), **TINY))
+    results_b = _seed_1(flat.run(results_dir=str(b), **TINY))
   return dict(a=a, b=b, stopped=stopped, at_10=at_10, results_a=results_a,
               results_b=results_b, ckpt=ckpt)
 
@@ -168,11 +174,10 @@ def test_an_update_leaves_the_other_algorithms_modules_untouched():
 
 def test_single_task_is_multi_task_with_a_list_of_one(tmp_path):
   """The same numbers: curves, best step, test score (one loop)."""
-  single = flat.run(algorithm="bfs", seed=2, model="forget",
-                                results_dir=str(tmp_path), **ONE)
-  (multi,) = flat.run(algorithm=["bfs"], seed=[2], model="forget_multitask",
-                                  results_dir=str(tmp_path), **ONE)
-  multi = multi["bfs"]
+  single = flat.run_one(algorithm="bfs", seed=2, model="forget",
+                        results_dir=str(tmp_path), **ONE)
+  multi = flat.run(algorithm=["bfs"], seed=[2], model="forget_multitask",
+                   results_dir=str(tmp_path), **ONE)["bfs"][2]
   assert single["curves"] == multi["curves"]
   for key in ("test_score", "test_scores", "val_best", "val_best_step", "steps", "settings"):
     if key == "settings":
@@ -239,7 +244,7 @@ def test_resume_is_exact(runs):
 
 
 def test_finished_job_is_not_run_again(runs):
-  again = flat.run(results_dir=str(runs["a"]), **TINY)
+  again = _seed_1(flat.run(results_dir=str(runs["a"]), **TINY))
   assert again == json.loads(json.dumps(util.jsonable(runs["results_a"])))
   other = dict(TINY, algorithm=("bfs", "insertion_sort"))
   with pytest.raises(ValueError, match="other settings.*multitask_algorithms: result "
@@ -299,7 +304,7 @@ def test_non_finite_loss_of_one_algorithm_ends_the_job_as_diverged(tmp_path, mon
   for alg in ("minimum", "bfs"):
     on_disk = json.loads((runs_lib.run_dir(tmp_path, "baseline_multitask", alg, 0)
                           / runs_lib.RESULT_NAME).read_text())
-    assert on_disk == json.loads(json.dumps(util.jsonable(results[alg])))
+    assert on_disk == json.loads(json.dumps(util.jsonable(results[alg][0])))
     assert on_disk["status"] == "diverged" and on_disk["diverged_step"] == 1
     # Tested on its best (step 0) parameters, as run.py never drops a seed.
     assert on_disk["steps"] == 1 and on_disk["test_score"] is not None

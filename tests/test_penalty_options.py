@@ -28,9 +28,9 @@ def _cache(monkeypatch, data_cache_dir):
 
 
 def _gforget(tmp_path, **penalty):
-  return flat.run(algorithm="bfs", seed=0, model="gforget_options",
-                  results_dir=str(tmp_path), history="gated",
-                  penalty=components.GatePenalty(0.5, start_step=8, **penalty), **TINY)
+  return flat.run_one(algorithm="bfs", seed=0, model="gforget_options",
+                      results_dir=str(tmp_path), history="gated",
+                      penalty=components.GatePenalty(0.5, start_step=8, **penalty), **TINY)
 
 
 def _lambda_per_step(result):
@@ -221,10 +221,10 @@ def test_settings_of_a_default_run_are_what_results_always_recorded():
 
 def test_a_smoke_result_is_not_done_for_a_full_split(tmp_path):
   """A result tested on 4 samples is refused, not skipped, when the whole split is asked for."""
-  flat.run(algorithm="bfs", seed=0, model="forget", results_dir=str(tmp_path), **TINY)
+  flat.run_one(algorithm="bfs", seed=0, model="forget", results_dir=str(tmp_path), **TINY)
   with pytest.raises(ValueError, match="test_max_samples"):
-    flat.run(algorithm="bfs", seed=0, model="forget", results_dir=str(tmp_path),
-             **dict(TINY, test_max_samples=None))
+    flat.run_one(algorithm="bfs", seed=0, model="forget", results_dir=str(tmp_path),
+                 **dict(TINY, test_max_samples=None))
 
 
 def test_constant_reading_continues_only_with_the_records_constant_lambda(tmp_path):

@@ -258,7 +258,7 @@ def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
   path = _result_path(tmp_path)
   path.parent.mkdir(parents=True)
   path.write_text('{"schema": "nar_markov.res')
-  result = flat.run(**common)  # was: "exists; nothing to do", JSONDecodeError
+  result = flat.run_one(**common)  # was: "exists; nothing to do", JSONDecodeError
   assert result["status"] == "done" and result["steps"] == 5
   (aside,) = path.parent.glob("result.json.corrupt-*")
   assert aside.read_text() == '{"schema": "nar_markov.res'
@@ -267,12 +267,12 @@ def test_run_experiment_reruns_a_corrupt_result_and_refuses_other_settings(
       seed=0)).state == "done"
   written = path.read_bytes()
   # Verified done: read back, not retrained.
-  assert flat.run(**common) == json.loads(written)
+  assert flat.run_one(**common) == json.loads(written)
   # Other settings: refused, nothing touched.
   with pytest.raises(ValueError, match=r"other settings.*train_steps: result 5, this run 3"):
-    flat.run(**dict(common, train_steps=3))
+    flat.run_one(**dict(common, train_steps=3))
   with pytest.raises(ValueError, match=r"hidden_size: result 16, this run 32"):
-    flat.run(**dict(common, hidden_size=32))
+    flat.run_one(**dict(common, hidden_size=32))
   assert path.read_bytes() == written
 
 
@@ -283,8 +283,8 @@ def test_a_run_being_trained_is_not_trained_again(tmp_path, cache):
   run_folder = _result_path(tmp_path).parent
   with locks.run_lock(run_folder):
     with pytest.raises(locks.LockHeld, match="being trained by another process"):
-      flat.run(algorithm="bfs", seed=0, model="baseline",
-                           results_dir=str(tmp_path), train_steps=5, **TINY)
+      flat.run_one(algorithm="bfs", seed=0, model="baseline",
+                   results_dir=str(tmp_path), train_steps=5, **TINY)
     # Another process, too (flock is per open file, not per process).
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(f"""\
@@ -378,8 +378,8 @@ def test_the_manifest_is_written_before_submission(tmp_path, fake_slurm, monkeyp
 def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
   common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
                 **TINY)
-  assert flat.run(train_steps=20, stop_after_steps=5,
-                              **common)["status"] == "interrupted"
+  assert flat.run_one(train_steps=20, stop_after_steps=5,
+                      **common)["status"] == "interrupted"
   ckpt = _result_path(tmp_path).parent / "checkpoint.npz"
   saved = ckpt.read_bytes()
   assert state_files.read_state(ckpt)["definitions"][0]["settings"]["train_steps"] == 20
@@ -387,19 +387,19 @@ def test_a_checkpoint_resumes_only_its_own_run(tmp_path, cache):
   with pytest.raises(ValueError, match=r"checkpoint .*checkpoint.npz was written with "
                      r"train_steps=20, schedule_steps=20; this run has train_steps=3, "
                      r"schedule_steps=3\. The checkpoint is kept"):
-    flat.run(train_steps=3, **common)
+    flat.run_one(train_steps=3, **common)
   # Was: a bare haiku shape error.
   with pytest.raises(ValueError, match=r"hidden_size=16.*this run has.*hidden_size=32"):
-    flat.run(train_steps=20, **dict(common, hidden_size=32))
+    flat.run_one(train_steps=20, **dict(common, hidden_size=32))
   with pytest.raises(ValueError, match=r"model='baseline'.*this run has model='forget'"):
     # Another model label in the same folder cannot happen through run_dir;
     # a checkpoint copied by hand is refused all the same.
     other = tmp_path / "forget" / "bfs" / "seed0"
     other.mkdir(parents=True)
     (other / "checkpoint.npz").write_bytes(saved)
-    flat.run(train_steps=20, **dict(common, model="forget"))
+    flat.run_one(train_steps=20, **dict(common, model="forget"))
   assert ckpt.read_bytes() == saved and not _result_path(tmp_path).exists()
-  result = flat.run(train_steps=20, **common)
+  result = flat.run_one(train_steps=20, **common)
   assert result["status"] == "done" and result["steps"] == 20
   assert result["curves"]["train"]["step"] == [5, 10, 15, 20]  # resumed, not restarted
 
@@ -472,14 +472,14 @@ def test_a_truncated_checkpoint_is_moved_aside_and_the_run_starts_over(tmp_path,
   deleted the file by hand."""
   common = dict(algorithm="bfs", seed=0, model="baseline", results_dir=str(tmp_path),
                 **TINY)
-  assert flat.run(train_steps=10, stop_after_steps=5, **common)["status"] == "interrupted"
+  assert flat.run_one(train_steps=10, stop_after_steps=5, **common)["status"] == "interrupted"
   ckpt = _result_path(tmp_path).parent / runs.CHECKPOINT_NAME
   cut = ckpt.read_bytes()[:ckpt.stat().st_size // 2]
   ckpt.write_bytes(cut)
   with pytest.raises(ValueError, match="is not a readable state file"):
     state_files.read_state(ckpt)
   capfd.readouterr()
-  result = flat.run(train_steps=10, **common)
+  result = flat.run_one(train_steps=10, **common)
   assert result["status"] == "done" and result["curves"]["train"]["step"] == [5, 10]
   (aside,) = ckpt.parent.glob(f"{runs.CHECKPOINT_NAME}.corrupt-*")
   assert aside.read_bytes() == cut
@@ -497,8 +497,8 @@ def test_dry_run_and_status_see_a_checkpoint_with_other_settings(tmp_path, cache
   results = tmp_path / "results"
   smoke = dict(SMOKE_SETTINGS, checkpoint_every_steps=5)
   smoke.pop("schedule_steps")
-  assert flat.run(algorithm="bfs", seed=0, model="baseline", results_dir=str(results),
-                  stop_after_steps=5, **dict(smoke, train_steps=30))["status"] == "interrupted"
+  assert flat.run_one(algorithm="bfs", seed=0, model="baseline", results_dir=str(results),
+                      stop_after_steps=5, **dict(smoke, train_steps=30))["status"] == "interrupted"
   ckpt = _result_path(results).parent / runs.CHECKPOINT_NAME
   saved = ckpt.read_bytes()
   why = (f"checkpoint {ckpt} was written with train_steps=30, schedule_steps=30; this run "

@@ -31,9 +31,9 @@ def _cache(monkeypatch, data_cache_dir):
 
 @pytest.mark.parametrize("model", ["baseline", "forget", "gforget"])
 def test_tiny_run_improves_validation(tmp_path, model):
-  result = flat.run(algorithm="bfs", seed=0, model=model,
-                                results_dir=str(tmp_path), train_steps=100,
-                                learning_rate=3e-3, lambda_gate=0.01, **TINY)
+  result = flat.run_one(algorithm="bfs", seed=0, model=model,
+                        results_dir=str(tmp_path), train_steps=100,
+                        learning_rate=3e-3, lambda_gate=0.01, **TINY)
   val = result["curves"]["val"]
   assert val["step"][0] == 0 and val["step"][-1] == 100
   assert result["status"] == "done" and result["steps"] == 100
@@ -73,15 +73,15 @@ def test_resume_is_exact(tmp_path):
                 lambda_gate=0.05, **TINY)
   a, b = tmp_path / "a", tmp_path / "b"
   ckpt = lambda root: root / "gforget" / "insertion_sort" / "seed3" / "checkpoint.npz"
-  assert flat.run(results_dir=str(a), stop_after_steps=10,
-                              **common)["status"] == "interrupted"
-  flat.run(results_dir=str(a), stop_after_steps=5, **common)
-  flat.run(results_dir=str(b), stop_after_steps=15, **common)
+  assert flat.run_one(results_dir=str(a), stop_after_steps=10,
+                      **common)["status"] == "interrupted"
+  flat.run_one(results_dir=str(a), stop_after_steps=5, **common)
+  flat.run_one(results_dir=str(b), stop_after_steps=15, **common)
   pa, pb = _params(ckpt(a)), _params(ckpt(b))
   for x, y in zip(jax.tree_util.tree_leaves(pa), jax.tree_util.tree_leaves(pb)):
     np.testing.assert_allclose(x, y, atol=1e-6, rtol=0)
-  ra = flat.run(results_dir=str(a), **common)
-  rb = flat.run(results_dir=str(b), **common)
+  ra = flat.run_one(results_dir=str(a), **common)
+  rb = flat.run_one(results_dir=str(b), **common)
   assert ra["steps"] == rb["steps"] == 20
   np.testing.assert_allclose(ra["curves"]["train"]["loss"], rb["curves"]["train"]["loss"],
                              rtol=1e-6)
@@ -97,9 +97,9 @@ def test_test_curve_and_checkpoint_cadence_change_no_number(tmp_path):
   would break."""
   common = dict(algorithm="bfs", seed=1, model="forget", train_steps=50,
                 learning_rate=3e-3, **dict(TINY, eval_every_steps=5))
-  plain = flat.run(results_dir=str(tmp_path / "plain"), **common)
-  traced = flat.run(results_dir=str(tmp_path / "traced"), test_every_steps=5,
-                    **dict(common, checkpoint_every_steps=15))
+  plain = flat.run_one(results_dir=str(tmp_path / "plain"), **common)
+  traced = flat.run_one(results_dir=str(tmp_path / "traced"), test_every_steps=5,
+                        **dict(common, checkpoint_every_steps=15))
   curve = traced["curves"].pop("test")
   assert curve["step"] == list(range(0, 55, 5))
   assert "test" not in plain["curves"]
@@ -134,8 +134,8 @@ def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
     return losses._replace(total=losses.total * np.nan)
 
   monkeypatch.setattr(model_lib, "compute_losses", poisoned)
-  result = flat.run(algorithm="bfs", seed=0, model="baseline",
-                                results_dir=str(tmp_path), train_steps=20, **TINY)
+  result = flat.run_one(algorithm="bfs", seed=0, model="baseline",
+                        results_dir=str(tmp_path), train_steps=20, **TINY)
   assert result["status"] == "diverged"
   assert result["diverged_step"] == 1 and result["steps"] == 1
   # Still tested, on its best validation parameters (step 0's here), as run.py
@@ -156,7 +156,7 @@ def test_non_finite_loss_ends_as_diverged(tmp_path, monkeypatch):
 ])
 def test_bad_input_is_one_clear_error(tmp_path, kwargs, match):
   with pytest.raises(ValueError, match=match):
-    flat.run(seed=0, results_dir=str(tmp_path), **kwargs)
+    flat.run_one(seed=0, results_dir=str(tmp_path), **kwargs)
   assert not any(tmp_path.iterdir())
 
 
@@ -177,6 +177,6 @@ def test_lambda_resolution():
 
 def test_gforget_without_a_record_or_lambda_is_refused(tmp_path):
   with pytest.raises(ValueError, match="no λ calibration record for 'bfs'"):
-    flat.run(algorithm="bfs", seed=0, model="gforget",
-                         results_dir=str(tmp_path))
+    flat.run_one(algorithm="bfs", seed=0, model="gforget",
+                 results_dir=str(tmp_path))
   assert not any(tmp_path.iterdir())

@@ -249,12 +249,8 @@ def needs_calibration(penalty: Optional[components.GatePenalty]) -> bool:
           and penalty.start_step is None)
 
 
-def check_seeds(seed: Union[int, Sequence[int]]) -> Tuple[List[int], bool]:
+def check_seeds(seed: Union[int, Sequence[int]]) -> List[int]:
   """`seed` (one int, or a sequence of K distinct ints) as a list of ints.
-
-  Returns:
-    (the seeds, whether `seed` was a single int: then run_experiment returns one run's
-    result, not a list).
 
   Raises:
     ValueError: no seeds, a seed that is not an int >= 0 (a bool is not), or duplicates.
@@ -269,20 +265,17 @@ def check_seeds(seed: Union[int, Sequence[int]]) -> Tuple[List[int], bool]:
     raise ValueError(f"seeds must be ints >= 0, got {bad!r}")
   if len(set(int(s) for s in seeds)) != len(seeds):
     raise ValueError(f"seeds must be distinct, got {seeds!r}")
-  return [int(s) for s in seeds], one
+  return [int(s) for s in seeds]
 
 
-def check_algorithms(algorithm: Union[str, Sequence[str]]) -> Tuple[List[str], bool]:
-  """`algorithm` (one name, or a list trained together by one processor) as a list of names.
-
-  Returns:
-    (the CLRS-30 names, whether `algorithm` was a single name).
+def check_algorithms(algorithm: Union[str, Sequence[str]]) -> List[str]:
+  """`algorithm` (one name, or a list trained together by one processor) as a list of
+  CLRS-30 names.
 
   Raises:
     ValueError: no algorithm, one that is not a CLRS-30 name, or duplicates.
   """
-  one = isinstance(algorithm, str)
-  algorithms = [algorithm] if one else list(algorithm)
+  algorithms = [algorithm] if isinstance(algorithm, str) else list(algorithm)
   if not algorithms:
     raise ValueError("algorithm: an empty list; give at least one CLRS-30 algorithm")
   algorithms = [clrs30.check_algorithm(a) for a in algorithms]
@@ -290,7 +283,7 @@ def check_algorithms(algorithm: Union[str, Sequence[str]]) -> Tuple[List[str], b
   if duplicates:
     raise ValueError(f"duplicate algorithms {duplicates}: each algorithm gets one set "
                      "of encoders/decoders, list it once")
-  return algorithms, one
+  return algorithms
 
 
 def resolve_train_lengths(train_lengths: Union[Sequence[int], Mapping[str, Sequence[int]]],
@@ -402,13 +395,10 @@ class Resolved:
   """What run_experiment checked and resolved, handed to the training loop (`train.run`).
 
   The tasks (one per algorithm), the seeds, where results go and the gin text written
-  beside them, and how the caller wants them back (`one_seed`: one seed's result rather
-  than a list; `one_alg`: one algorithm's result rather than a dict).
+  beside them.
   """
   tasks: List["Task"]
   seeds: List[int]
-  one_seed: bool
-  one_alg: bool
   model: str
   results_dir: str
   net: NetConfig

@@ -145,7 +145,8 @@ class _Calibration:
     base_dir = lambda0_results_dir(self.results_dir, self.scope)
     base = experiment.run_experiment(seed=seed, results_dir=str(base_dir),
                                      penalty=components.GatePenalty(0.0, start_step=0),
-                                     save_final_state=True, **self.common)
+                                     save_final_state=True,
+                                     **self.common)[self.algorithm][seed]
     m0 = measure(base, self.step, self.window)
     if not m0["G"] > 0:
       raise CalibrationError(f"{self.algorithm} seed {seed}: gate term G = {m0['G']}; "
@@ -178,7 +179,8 @@ class _Calibration:
     trial_penalty = components.GatePenalty(lam, start_step=0, lambda_scale=1.0,
                                         ramp_steps=0, adaptive_every_steps=None)
     res = experiment.run_experiment(seed=seed, results_dir=str(trial_dir),
-                                    penalty=trial_penalty, save_final_state=True, **self.common)
+                                    penalty=trial_penalty, save_final_state=True,
+                                    **self.common)[self.algorithm][seed]
     if not math.isclose(res["lambda_gate"], lam, rel_tol=1e-9):
       raise CalibrationError(
           f"{trial_dir}: trial {i} was trained with λ = {res['lambda_gate']}, the "

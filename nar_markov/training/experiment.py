@@ -57,10 +57,10 @@ def run_experiment(*,
       ``run_experiment.*``); penalty=None given: no gate penalty.
 
   Returns:
-    For one seed (an int), its result.json dict for one algorithm, or for a list of
-    algorithms a dict algorithm -> result; for a sequence of seeds, a list of those, in
-    seed order.  A seed found done gives its recorded result; one stopped early
-    (`train.stop_after`) gives {"status": "interrupted", "steps": ...}.
+    {algorithm: {seed: result}}, whatever the call's shape (as the results folder:
+    <model>/<algorithm>/seed<k>): each run's result.json dict, algorithms in the order
+    given, seeds in the order given.  A seed found done gives its recorded result; one
+    stopped early (`train.stop_after`) gives {"status": "interrupted", "steps": ...}.
 
   Raises:
     ValueError: a label, components, algorithms or seeds that cannot make a run, or a
@@ -78,8 +78,8 @@ def run_experiment(*,
 def _train(exp: components.Experiment, algorithm, seed, results_dir: str,
            gin_made_it: bool) -> Any:
   """`run_experiment` on the resolved `exp` (its arguments, its return)."""
-  seeds, one_seed = runspec.check_seeds(seed)
-  algorithms, one_alg = runspec.check_algorithms(algorithm)
+  seeds = runspec.check_seeds(seed)
+  algorithms = runspec.check_algorithms(algorithm)
   if len(algorithms) > 1 and not exp.multitask:
     raise ValueError(
         f"{len(algorithms)} algorithms train one shared processor: use a multi-task "
@@ -90,7 +90,7 @@ def _train(exp: components.Experiment, algorithm, seed, results_dir: str,
   threads.pin_xla_threads()  # before train imports jax and JAX makes its CPU client
   from nar_markov.training import train  # pylint: disable=g-import-not-at-top  (jax: only to train)
   return train.run(runspec.Resolved(
-      tasks=tasks, seeds=seeds, one_seed=one_seed, one_alg=one_alg, model=exp.model,
+      tasks=tasks, seeds=seeds, model=exp.model,
       results_dir=results_dir, net=exp.net, protocol=exp.protocol,
       gin_str=run_gin(exp, gin_made_it=gin_made_it), save_final_state=exp.save_final_state))
 

@@ -63,7 +63,7 @@ def run(resolved: runspec.Resolved) -> Any:
   corrupt result is moved aside and its seed trained again.
 
   Returns:
-    The results, shaped as `run_experiment` says.
+    {algorithm: {seed: result}} (`run_experiment`).
 
   Raises:
     ValueError: a result there made with other settings (before anything is touched).
@@ -109,10 +109,7 @@ def run(resolved: runspec.Resolved) -> Any:
       job = _make_job(resolved)
       results.update(_train_seeds(job, todo, results_dir))
 
-  def shaped(per_task):
-    return per_task[0] if resolved.one_alg else dict(zip(algorithms, per_task))
-  ordered = [shaped(results[s]) for s in seeds]
-  return ordered[0] if resolved.one_seed else ordered
+  return {a: {s: results[s][i] for s in seeds} for i, a in enumerate(algorithms)}
 
 
 def _make_job(resolved: runspec.Resolved) -> "_Job":
