@@ -236,7 +236,7 @@ def test_constant_search_resumes_where_it_was_killed(tmp_path, fake, monkeypatch
 
 
 @pytest.mark.parametrize("reading", ["schedule", "constant"])
-def test_continuation_names_the_state_step_and_lambda_of_the_prefix(tmp_path, reading):
+def test_continuation_names_the_state_step_and_lambda_of_the_prefix(tmp_path, reading, capsys):
   """Which saved state a run continues from, and with what it was trained: schedule,
   the λ = 0 run's, only for a run whose penalty starts at the switch; constant, the
   chosen trial's, only for a run penalised from step 0 with the record's λ."""
@@ -262,9 +262,33 @@ def test_continuation_names_the_state_step_and_lambda_of_the_prefix(tmp_path, re
     path.write_text(json.dumps(record))
   state.unlink()
   assert calibration_records.continuation(info, 0, lam=lam, penalty_start=start) is None
+  assert "is not there" in capsys.readouterr().err  # said, not silent
   path.unlink()  # the record the run's λ came from, gone: one clear error, not a TypeError
   with pytest.raises(lambda_heuristic.CalibrationError, match="is gone"):
     calibration_records.continuation(info, 0, lam=lam, penalty_start=start)
+
+
+def test_a_moved_results_folder_still_continues_from_its_calibration_state(tmp_path):
+  """The record names its states by the absolute paths calibrate.py wrote; copied with its
+  `_calibration/` to another folder, the run finds them there (was: silently from step 0)."""
+  old, new = tmp_path / "old", tmp_path / "new"
+  rel = pathlib.Path("_calibration/runs/lambda0/calibrate/bfs/seed0/final_state.npz")
+  record = {"schema": calibration_records.RECORD_SCHEMA, "algorithm": "bfs",
+            "reading": "schedule", "lambda": 0.5, "calibration_step": 12, "settings": {},
+            "seeds": [{"seed": 0, "lambda": 0.5, "final_state": str(old / rel)}]}
+  path = new / "_calibration" / "schedule" / "bfs.json"
+  path.parent.mkdir(parents=True)
+  path.write_text(json.dumps(record))
+  (new / rel).parent.mkdir(parents=True)
+  (new / rel).write_bytes(b"")
+  info = {"record": "_calibration/schedule/bfs.json", "reading": "schedule",
+          "calibration_step": 12}
+  got = calibration_records.continuation(info, 0, lam=0.5, penalty_start=12, results_dir=new)
+  assert got == calibration_records.Continuation(new / rel, 12, 0.0)
+  (old / rel).parent.mkdir(parents=True)
+  (old / rel).write_bytes(b"")  # where it was recorded, when there: that one
+  assert calibration_records.continuation(
+      info, 0, lam=0.5, penalty_start=12, results_dir=new).state == old / rel
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"schema": "other"}'])

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from nar_markov.config.lambda_heuristic import READINGS, CalibrationError, LambdaHeuristic
 from nar_markov.store import definitions
 from nar_markov.store import runs
+from nar_markov.store import util
 
 RECORD_SCHEMA = "nar_markov.lambda_calibration/1"
 CALIBRATION_DIR = "_calibration"
@@ -339,10 +340,36 @@ def continuation(record_info: Mapping[str, Any], seed: int, *, lam: float,
       lambda_constant and math.isclose(lam, record["lambda"], rel_tol=1e-12)):
     return None
   entry = next((s for s in record["seeds"] if s["seed"] == int(seed)), None)
-  path = continuation_state(record, entry) if entry is not None else None
-  if not path or not pathlib.Path(path).exists():
+  named = continuation_state(record, entry) if entry is not None else None
+  if not named:
     return None
-  return Continuation(pathlib.Path(path), step, 0.0 if reading == "schedule" else float(lam))
+  path = located_state(named, record_path)
+  if path is None:
+    util.log(f"seed {seed}: the calibration state {named} (record {record_path}) is not "
+             f"there, nor under that record's results folder: training from step 0, "
+             f"{step} more steps than continuing from it")
+    return None
+  return Continuation(path, step, 0.0 if reading == "schedule" else float(lam))
+
+
+def located_state(named, record_path) -> Optional[pathlib.Path]:
+  """Where a state a calibration record names is: the path as recorded, else the same
+  place under the folder that holds the record's `_calibration/` (a results folder moved or
+  copied, with its calibration runs, since the record was written); None: neither exists.
+
+  Args:
+    named: the state's path as the record names it (absolute, written by calibrate.py).
+    record_path: where the record is now.
+  """
+  named = pathlib.Path(named)
+  if named.exists():
+    return named
+  parts, record_parts = named.parts, pathlib.Path(record_path).parts
+  if CALIBRATION_DIR not in parts or CALIBRATION_DIR not in record_parts:
+    return None
+  root = pathlib.Path(*record_parts[:record_parts.index(CALIBRATION_DIR)])
+  moved = root.joinpath(*parts[parts.index(CALIBRATION_DIR):])
+  return moved if moved.exists() else None
 
 
 # -- all records of a results folder ---------------------------------------------
