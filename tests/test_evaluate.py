@@ -320,6 +320,15 @@ def test_history_gate_stats_measure_what_passes_the_gate(saved_run, data_cache_d
   shares = [stats["top_share"][n] for n in ("1", "2", "4", "8")]
   assert shares == sorted(shares) and shares[-1] == pytest.approx(1.0)  # d = 8 channels
   assert sum(c["share"] for c in stats["top_channels"][:2]) == pytest.approx(shares[1])
+  channels = stats["channels"]  # every channel, in channel order
+  assert all(len(v) == 8 for v in channels.values())
+  assert sum(channels["share"]) == pytest.approx(1.0)
+  for c in stats["top_channels"]:
+    assert [channels[k][c["channel"]] for k in ("share", "rms_g", "rms_h")] == [
+        c["share"], c["rms_g"], c["rms_h"]]
+  assert -1.0 <= stats["gate_history_rank"] <= 1.0
+  assert measures.rank_correlation([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+  assert measures.rank_correlation([1, 1, 1], [1, 2, 3]) == 0.0
 
   last = next(m for m in params if "history_gate" in m and m.endswith("linear_1"))
   shut, wide = _at_bias_extremes(measures.history_gate_stats, net, params, last, test)

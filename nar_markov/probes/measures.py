@@ -253,8 +253,11 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
     gate norm, Sec. 5 / Fig. 5); "share_below_0.1", "share_above_0.9": the shares of gate
     entries; "top_share": {n: the share of sum_k (g_k h_k)^2 carried by the n channels k
     that carry most} for n in TOP_CHANNELS up to d; "top_channels": the 8 channels that
-    carry most, each with its share and the rms of g_k and h_k; "calls": the gate's calls
-    recorded}.
+    carry most, each with its share and the rms of g_k and h_k; "channels": every
+    channel's "share", "rms_g" and "rms_h" as lists in channel order (a run continued from
+    another keeps its channels: the two compare channel by channel); "gate_history_rank":
+    the Spearman rank correlation over channels of rms_g with rms_h (negative: the gate is
+    shut more on the channels where h(t-1) is large); "calls": the gate's calls recorded}.
 
   Raises:
     ValueError: a net without the gated history.
@@ -281,6 +284,7 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
   (g_norm, h_norm, gh_norm, below, above, gh2, g2, h2, count) = [
       sum(s[i] for s in sums) for i in range(len(sums[0]))]
   d = gh2.shape[0]
+  rms_g, rms_h = np.sqrt(g2 / count), np.sqrt(h2 / count)
   order = np.argsort(-gh2, kind="stable")
   total = max(float(gh2.sum()), 1e-30)
   cumulative = np.cumsum(gh2[order]) / total
@@ -290,7 +294,20 @@ def history_gate_stats(model, params, feedback, algorithm_index: int, batch_size
       "share_below_0.1": float(below / (count * d)), "share_above_0.9": float(above / (count * d)),
       "top_share": {str(n): float(cumulative[n - 1]) for n in TOP_CHANNELS if n <= d},
       "top_channels": [{"channel": int(k), "share": float(gh2[k] / total),
-                        "rms_g": float(np.sqrt(g2[k] / count)),
-                        "rms_h": float(np.sqrt(h2[k] / count))} for k in order[:8]],
+                        "rms_g": float(rms_g[k]), "rms_h": float(rms_h[k])}
+                       for k in order[:8]],
+      "channels": {"share": [float(v) for v in gh2 / total],
+                   "rms_g": [float(v) for v in rms_g], "rms_h": [float(v) for v in rms_h]},
+      "gate_history_rank": rank_correlation(rms_g, rms_h),
       "calls": len(sums),
   }
+
+
+def rank_correlation(x, y) -> float:
+  """Spearman's rank correlation of two equal-length sequences (ties ranked by position:
+  the per-channel rms it is used on are continuous); 0.0 where either is constant."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if np.ptp(x) == 0 or np.ptp(y) == 0:
+    return 0.0
+  rx, ry = (np.argsort(np.argsort(v, kind="stable"), kind="stable") for v in (x, y))
+  return float(np.corrcoef(rx, ry)[0, 1])
